@@ -1,0 +1,33 @@
+# Two entry points: `make demo` and `make test`. Both create (or reuse) a virtual
+# environment and install what they need on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.langshare-installed
+
+.PHONY: install test test-fast demo benchmark clean
+
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip wheel
+	# pin first: the CPU wheel is on local disk; an unpinned torch pulls a CUDA build
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: install
+	$(PY) -m pytest -q tests
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow" tests
+
+demo: install
+	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/demo.sh
+
+benchmark: install
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m benchmarks.run_baseline
+
+clean:
+	rm -rf $(VENV) .pytest_cache
