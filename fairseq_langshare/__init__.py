@@ -1,0 +1,14 @@
+"""fairseq_langshare: learn, per language, what to share in multilingual NMT.
+
+Importing the package (or ``--user-dir fairseq_langshare``) registers the task
+``multilingual_langshare``, the models and ``langshare_label_smoothed_cross_entropy``, and
+allow-lists the classes fairseq checkpoints hold so they load with ``weights_only=True``.
+"""
+
+from . import checkpoint_safety
+
+checkpoint_safety.install()
+
+from . import criterions, models, tasks  # noqa: E402,F401
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+from . import langshare_label_smoothed_cross_entropy  # noqa: F401

@@ -1,0 +1,1 @@
+from . import gettext_corpus  # noqa: F401

@@ -1,0 +1,520 @@
+"""``langshare evaluate``: translate every direction of a corpus split and score it.
+
+Each direction is decoded in process with fairseq's ``fairseq_cli.generate`` (the task flags come
+from the checkpoint's own task config, so the data loads exactly as in training) and scored with
+sacrebleu against the detokenized references in ``CORPUS/raw``:
+
+* BLEU and chrF, with their sacrebleu signatures;
+* spBLEU (sacrebleu's ``flores200`` or ``flores101`` SentencePiece tokenization) only when that
+  tokenizer model is already on disk (``$SACREBLEU/models`` or ``~/.sacrebleu/models``); it is
+  never downloaded, and the results say why it is missing.
+
+Directions are grouped by the training size of their non-English language, as in the papers:
+**high** when it has >= 10000 training pairs, **low** when < 2000, **medium** in between
+(``high_threshold`` / ``low_threshold``). Directions the checkpoint was not trained on are
+**zero-shot**. The results hold per-direction rows, group averages, the overall average and,
+given a baseline results JSON, the win ratio (share of common directions with higher BLEU).
+"""
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import shlex
+import sys
+import tempfile
+
+logger = logging.getLogger(__name__)
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+SUPPORTED_TASKS = ("multilingual_langshare", "translation_multi_simple_epoch")
+GROUP_ORDER = ("high", "medium", "low", "zero-shot", "unknown")
+METRICS = ("bleu", "chrf", "spbleu")
+# task options that say what to decode now or how training sampled, not how data is shaped
+_NOT_FROM_CHECKPOINT = {
+    "data", "source_lang", "target_lang", "seed", "dataset_impl", "train_subset",
+    "keep_inference_langtok", "load_alignments", "upsample_primary", "extra_lang_pairs",
+    "sampling_method", "sampling_temperature", "sampling_weights", "sampling_weights_from_file",
+    "virtual_epoch_size", "virtual_data_size",
+}
+_SPBLEU_TOKENIZERS = ("flores200", "flores101")  # preferred first
+
+
+class EvaluationError(ValueError):
+    """Bad input to ``evaluate``; the message is one line naming the problem and the fix."""
+
+
+# ----------------------------------------------------------------------------- grouping/scores
+def resource_groups(train_sizes, high_threshold=10000, low_threshold=2000):
+    """Map direction -> "high" (size >= high_threshold), "low" (size < low_threshold), "medium"
+    otherwise; a size of None (no training data for the direction) gives "zero-shot"."""
+    if low_threshold > high_threshold:
+        raise EvaluationError(
+            f"low threshold {low_threshold} is above high threshold {high_threshold}; pass low <= high"
+        )
+    groups = {}
+    for pair, size in train_sizes.items():
+        if size is None:
+            groups[pair] = "zero-shot"
+        elif size >= high_threshold:
+            groups[pair] = "high"
+        elif size < low_threshold:
+            groups[pair] = "low"
+        else:
+            groups[pair] = "medium"
+    return groups
+
+
+def _win_stats(results, baseline_results, metric):
+    def scores(res, name):
+        rows = res.get("directions") if isinstance(res, dict) else None
+        if not isinstance(rows, dict):
+            raise EvaluationError(f"{name} is not an evaluate results dict/JSON (no 'directions' mapping)")
+        return {d: r.get(metric) for d, r in rows.items() if r.get(metric) is not None}
+
+    mine, base = scores(results, "results"), scores(baseline_results, "baseline")
+    common = sorted(set(mine) & set(base))
+    if not common:
+        raise EvaluationError(
+            f"the baseline shares no direction with a {metric} score with this run (this run: "
+            f"{sorted(mine) or 'none'}; baseline: {sorted(base) or 'none'}); evaluate both on the same directions"
+        )
+    return sum(mine[d] > base[d] for d in common), len(common)
+
+
+def win_ratio(results, baseline_results, metric="bleu"):
+    """Share of the directions both results have where ``results`` scores higher on ``metric``."""
+    wins, total = _win_stats(results, baseline_results, metric)
+    return wins / total
+
+
+def spbleu_tokenizer():
+    """(sacrebleu tokenizer name, None) if a flores SentencePiece model is on disk, else (None, why)."""
+    from sacrebleu.tokenizers import tokenizer_spm
+
+    paths = []
+    for name in _SPBLEU_TOKENIZERS:
+        url = tokenizer_spm.SPM_MODELS[name]["url"]
+        path = os.path.join(tokenizer_spm.SACREBLEU_DIR, "models", os.path.basename(url))
+        if os.path.isfile(path):
+            return name, None
+        paths.append(path)
+    return None, (
+        "spBLEU not computed: no local sacrebleu flores SentencePiece model (looked for "
+        + " and ".join(paths) + "); evaluate never downloads it: copy the model there to enable spBLEU"
+    )
+
+
+def score(hypotheses, references, tgt_lang=""):
+    """Corpus BLEU, chrF and (when its model is local) spBLEU, each with its sacrebleu signature."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    bleu = BLEU(tokenize="zh" if tgt_lang.split("_")[0] == "zh" else "13a")
+    chrf = CHRF()
+    out = {
+        "bleu": bleu.corpus_score(hypotheses, [references]).score,
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf": chrf.corpus_score(hypotheses, [references]).score,
+        "chrf_signature": str(chrf.get_signature()),
+        "spbleu": None,
+        "spbleu_signature": None,
+    }
+    name, _ = spbleu_tokenizer()
+    if name is not None:
+        spbleu = BLEU(tokenize=name)
+        out["spbleu"] = spbleu.corpus_score(hypotheses, [references]).score
+        out["spbleu_signature"] = str(spbleu.get_signature())
+    return out
+
+
+def _averages(rows):
+    members = {}
+    for d, row in rows.items():
+        members.setdefault(row["group"], []).append(row)
+    members = {g: members[g] for g in GROUP_ORDER if g in members}
+    members["all"] = list(rows.values())
+    averages = {}
+    for group, group_rows in members.items():
+        avg = {"n_directions": len(group_rows)}
+        for m in METRICS:
+            values = [r.get(m) for r in group_rows]
+            avg[m] = sum(values) / len(values) if values and None not in values else None
+        averages[group] = avg
+    return averages
+
+
+# ----------------------------------------------------------------------------- markdown
+def _fmt(value):
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def to_markdown(results):
+    """Per-direction table, group averages, win ratio and metric signatures as markdown."""
+    rows = results.get("directions", {})
+    with_sp = any(r.get("spbleu") is not None for r in rows.values())
+    metrics = [("BLEU", "bleu"), ("chrF", "chrf")] + ([("spBLEU", "spbleu")] if with_sp else [])
+    head = " | ".join(label for label, _ in metrics)
+    align = "|".join("---:" for _ in metrics)
+    lines = []
+    if results.get("checkpoint"):
+        lines += [f"Checkpoint `{results['checkpoint']}` on `{results.get('corpus')}` "
+                  f"({results.get('split')}, beam {results.get('beam')}, lenpen {results.get('lenpen')})", ""]
+    lines += [f"| direction | train pairs | group | {head} | sentences |", f"|---|---:|---|{align}|---:|"]
+    for d, r in rows.items():
+        cells = " | ".join(_fmt(r.get(key)) for _, key in metrics)
+        lines.append(f"| {d} | {_fmt(r.get('train_size'))} | {r.get('group', '-')} | {cells} | {_fmt(r.get('n'))} |")
+    th = results.get("thresholds", {})
+    labels = {
+        "high": f"High (>= {th.get('high', 10000)})",
+        "medium": "Medium",
+        "low": f"Low (< {th.get('low', 2000)})",
+        "zero-shot": "Zero-shot",
+        "unknown": "Unknown size",
+        "all": "All",
+    }
+    averages = results.get("averages") or _averages(rows)
+    lines += ["", f"| group | directions | {head} |", f"|---|---:|{align}|"]
+    for group, avg in averages.items():
+        cells = " | ".join(_fmt(avg.get(key)) for _, key in metrics)
+        lines.append(f"| {labels.get(group, group)} | {avg.get('n_directions', '-')} | {cells} |")
+    win = results.get("win_ratio")
+    if win:
+        lines += ["", f"Win ratio vs baseline `{win.get('baseline')}` ({win.get('metric', 'bleu')}): "
+                      f"{win['value']:.2f} ({win.get('wins')}/{win.get('directions')} directions)"]
+    lines.append("")
+    for label, key in (("BLEU", "bleu"), ("chrF", "chrf"), ("spBLEU", "spbleu")):
+        for sig in results.get("signatures", {}).get(key) or []:
+            lines.append(f"{label} signature: `{sig}`  ")
+    if results.get("spbleu_note"):
+        lines.append(results["spbleu_note"])
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _atomic_write(path, text):
+    path = os.path.abspath(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ----------------------------------------------------------------------------- corpus/checkpoint
+class _Corpus:
+    def __init__(self, path):
+        self.path = os.path.abspath(path)
+        manifest = os.path.join(self.path, "manifest.json")
+        if not os.path.isdir(self.path):
+            raise EvaluationError(f"corpus directory not found: {path} (build one with `langshare prepare-gettext`)")
+        if not os.path.isfile(manifest):
+            raise EvaluationError(f"{path} has no manifest.json, so it is not a prepared corpus "
+                                  f"(build one with `langshare prepare-gettext`)")
+        with open(manifest, encoding="utf-8") as f:
+            self.manifest = json.load(f)
+        self.pivot = self.manifest.get("pivot", "en")
+        self.bin = os.path.join(self.path, self.manifest.get("data_bin", "bin"))
+        self.raw = os.path.join(self.path, "raw")
+
+    def missing(self, split, src, tgt):
+        """None if the split has data for src->tgt, else a one-line message naming the files."""
+        expected = []
+        if not any(os.path.isfile(os.path.join(self.bin, f"{split}.{a}-{b}.{src}.idx"))
+                   for a, b in ((src, tgt), (tgt, src))):
+            expected.append(f"{self.bin}/{split}.{src}-{tgt}.{src}.idx (or {split}.{tgt}-{src}.{src}.idx)")
+        if self.reference_path(split, src, tgt) is None:
+            expected.append(f"{self.raw}/{split}.{src}-{tgt}.{tgt} (or {split}.{tgt}-{src}.{tgt})")
+        if not expected:
+            return None
+        return (f"no {split} data for direction {src}-{tgt} in corpus {self.path}: expected "
+                f"{' and '.join(expected)}; rebuild the corpus with this language pair "
+                f"(langshare prepare-gettext) or leave {src}-{tgt} out of the directions")
+
+    def reference_path(self, split, src, tgt):
+        for a, b in ((src, tgt), (tgt, src)):
+            path = os.path.join(self.raw, f"{split}.{a}-{b}.{tgt}")
+            if os.path.isfile(path):
+                return path
+        return None
+
+    def references(self, split, src, tgt):
+        with open(self.reference_path(split, src, tgt), encoding="utf-8") as f:
+            return [line.rstrip("\n") for line in f]
+
+    def train_size(self, src, tgt):
+        counts = self.manifest.get("counts", {}).get("train", {})
+        if self.pivot in (src, tgt):
+            other = tgt if src == self.pivot else src
+            size = self.manifest.get("train_pairs_per_language", {}).get(other)
+            if size is not None:
+                return size
+        return counts.get(f"{src}-{tgt}", counts.get(f"{tgt}-{src}"))
+
+
+def _csv(value):
+    if value is None:
+        return []
+    if isinstance(value, str):
+        if os.path.isfile(value):
+            with open(value, encoding="utf-8") as f:
+                value = f.read().strip().replace("\n", ",")
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
+def _checkpoint_task(checkpoint):
+    from fairseq import checkpoint_utils
+    from omegaconf import OmegaConf
+
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+    except Exception as e:  # a corrupt file or foreign pickle: say which file and why, in one line
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise EvaluationError(f"cannot read checkpoint {checkpoint}: {type(e).__name__}: {first}") from e
+    cfg = state.get("cfg")
+    task = cfg.get("task") if cfg is not None else None
+    if OmegaConf.is_config(task):
+        task = OmegaConf.to_container(task, resolve=False)
+    elif isinstance(task, argparse.Namespace):
+        task = dict(vars(task))
+    if not isinstance(task, dict):
+        raise EvaluationError(f"checkpoint {checkpoint} holds no task config (state['cfg']['task']); "
+                              f"pass a checkpoint written by fairseq-train")
+    name = task.get("_name") or task.get("task")
+    if name not in SUPPORTED_TASKS:
+        raise EvaluationError(f"checkpoint {checkpoint} was trained with task {name!r}; evaluate supports "
+                              f"{', '.join(SUPPORTED_TASKS)}")
+    return name, task
+
+
+def _task_flags(task_name, task_cfg):
+    """The task's command-line flags that reproduce the checkpoint's data shape (langs, pairs,
+    language tokens, padding, positions, ...), for every option the task declares."""
+    from fairseq.tasks import TASK_REGISTRY
+
+    parser = argparse.ArgumentParser(add_help=False)
+    TASK_REGISTRY[task_name].add_args(parser)
+    flags = []
+    for action in parser._actions:
+        if action.dest in _NOT_FROM_CHECKPOINT or action.dest not in task_cfg:
+            continue
+        value = task_cfg[action.dest]
+        if value is None or value == action.default or (isinstance(value, str) and value.startswith("${")):
+            continue
+        option = max(action.option_strings, key=len)
+        if isinstance(action, argparse._StoreTrueAction):
+            flags += [option] if value else []
+        elif isinstance(action, argparse._StoreFalseAction):
+            flags += [] if value else [option]
+        elif isinstance(value, dict):
+            flags += [option, repr(value)]
+        elif isinstance(value, (list, tuple)):
+            flags += [option, ",".join(map(str, value))]
+        else:
+            flags += [option, str(value)]
+    return flags
+
+
+@contextlib.contextmanager
+def _fairseq_logging():
+    """fairseq-generate calls logging.basicConfig into its results file when the root logger has
+    no handler; give it one (warnings to stderr) so nothing logs into a closed file later."""
+    root = logging.getLogger()
+    handler = None
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+        root.addHandler(handler)
+    try:
+        yield
+    finally:
+        if handler is not None:
+            root.removeHandler(handler)
+
+
+def _translate(argv, results_dir, split, expected):
+    """Run fairseq-generate with ``argv``; return detokenized hypotheses by sample id, and how many
+    ids got none (sentences skipped as too long)."""
+    from fairseq import options
+    from fairseq_cli import generate
+
+    args = options.parse_args_and_arch(options.get_generation_parser(), input_args=argv)
+    with _fairseq_logging():
+        generate.main(args)
+    hyps = {}
+    with open(os.path.join(results_dir, f"generate-{split}.txt"), encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("D-"):
+                sid, _, text = line.rstrip("\n").split("\t", 2)
+                hyps.setdefault(int(sid[2:]), text)  # nbest > 1: keep the best
+    if hyps and max(hyps) >= expected:
+        raise EvaluationError(f"generation returned sentence id {max(hyps)} but the raw references have "
+                              f"{expected} lines: raw/ and bin/ are out of sync; rebuild the corpus")
+    return [hyps.get(i, "") for i in range(expected)], expected - len(hyps)
+
+
+# ----------------------------------------------------------------------------- evaluate
+def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenpen=1.0, max_tokens=4000,
+             batch_size=None, high_threshold=10000, low_threshold=2000, baseline=None,
+             out_json=None, out_md=None, generate_args=()):
+    """Translate and score each direction of ``split`` in ``corpus_dir`` with ``checkpoint``.
+
+    ``directions``: list (or comma-separated string) of ``src-tgt``; default: every direction the
+    checkpoint was trained on that has data in the split (others may be listed, e.g. zero-shot).
+    Groups: high >= ``high_threshold`` (10000) training pairs of the non-English language, low <
+    ``low_threshold`` (2000), medium in between, zero-shot for untrained directions.
+    ``baseline``: a results JSON path (or dict) to compute the BLEU win ratio against.
+    ``generate_args``: extra fairseq-generate flags. Returns the results dict (also written as JSON
+    to ``out_json`` and markdown to ``out_md``)."""
+    from tqdm import tqdm
+
+    if not os.path.isfile(checkpoint):
+        raise EvaluationError(f"checkpoint not found: {checkpoint} (pass the .pt file fairseq-train wrote, "
+                              f"e.g. checkpoints/checkpoint_best.pt)")
+    checkpoint = os.path.abspath(checkpoint)
+    resource_groups({}, high_threshold, low_threshold)  # validates the thresholds before decoding
+    corpus = _Corpus(corpus_dir)
+    if isinstance(baseline, (str, os.PathLike)):
+        if not os.path.isfile(baseline):
+            raise EvaluationError(f"baseline results not found: {baseline} (write one with evaluate --out-json)")
+        with open(baseline, encoding="utf-8") as f:
+            baseline_results, baseline_name = json.load(f), str(baseline)
+    else:
+        baseline_results, baseline_name = baseline, "given results"
+
+    task_name, task_cfg = _checkpoint_task(checkpoint)
+    langs = _csv(task_cfg.get("langs")) or _csv(task_cfg.get("lang_dict"))
+    trained = _csv(task_cfg.get("lang_pairs"))
+    skipped = {}
+    if directions is None:
+        directions = []
+        for d in trained:
+            why = corpus.missing(split, *d.split("-"))
+            if why is None:
+                directions.append(d)
+            else:
+                skipped[d] = why
+        if not directions:
+            raise EvaluationError(f"no direction the checkpoint was trained on ({','.join(trained)}) has {split} "
+                                  f"data in corpus {corpus.path}; pass --directions or another --split")
+    else:
+        directions = _csv(directions)
+        for d in directions:
+            parts = d.split("-")
+            if len(parts) != 2 or not all(parts):
+                raise EvaluationError(f"bad direction {d!r}: write directions as SRC-TGT, e.g. en-fr")
+            unknown = [c for c in parts if langs and c not in langs]
+            if unknown:
+                raise EvaluationError(f"direction {d}: language {unknown[0]!r} is not in the checkpoint's "
+                                      f"--langs {','.join(langs)}; evaluate only languages the model knows")
+            why = corpus.missing(split, *parts)
+            if why is not None:
+                raise EvaluationError(why)
+    for d in skipped:
+        logger.warning("skipping %s: %s", d, skipped[d])
+
+    sizes = {d: corpus.train_size(*d.split("-")) if d in trained else None for d in directions}
+    groups = resource_groups(sizes, high_threshold, low_threshold)
+    for d in directions:
+        if d in trained and sizes[d] is None:
+            groups[d] = "unknown"
+    flags = ["--task", task_name, "--user-dir", PACKAGE_DIR, "--path", checkpoint, "--gen-subset", split,
+             "--beam", str(beam), "--lenpen", str(lenpen), "--remove-bpe", "sentencepiece",
+             "--skip-invalid-size-inputs-valid-test", "--no-progress-bar"]
+    flags += ["--max-tokens", str(max_tokens)] if max_tokens else []
+    flags += ["--batch-size", str(batch_size)] if batch_size else []
+    flags += _task_flags(task_name, task_cfg) + list(generate_args)
+
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="langshare-eval-") as tmp, \
+            tqdm(directions, desc=f"evaluate {split}", unit="direction") as bar:
+        for d in bar:
+            bar.set_postfix_str(d)
+            src, tgt = d.split("-")
+            refs = corpus.references(split, src, tgt)
+            out_dir = os.path.join(tmp, d)
+            hyps, n_missing = _translate([corpus.bin, "-s", src, "-t", tgt, "--results-path", out_dir] + flags,
+                                         out_dir, split, len(refs))
+            rows[d] = {"train_size": sizes[d], "group": groups[d], "supervised": d in trained,
+                       **score(hyps, refs, tgt), "n": len(refs), "n_untranslated": n_missing}
+            if n_missing:
+                logger.warning("%s: %d of %d sentences produced no hypothesis (too long?); scored as empty",
+                               d, n_missing, len(refs))
+
+    _, spbleu_note = spbleu_tokenizer()
+    results = {
+        "checkpoint": checkpoint, "corpus": corpus.path, "split": split, "beam": beam, "lenpen": lenpen,
+        "thresholds": {"high": high_threshold, "low": low_threshold},
+        "directions": rows,
+        "averages": _averages(rows),
+        "signatures": {m: sorted({r[f"{m}_signature"] for r in rows.values() if r[f"{m}_signature"]})
+                       for m in METRICS},
+        "spbleu_note": spbleu_note,
+        "skipped": skipped,
+        "generate_flags": flags,
+        "win_ratio": None,
+    }
+    if baseline_results is not None:
+        wins, total = _win_stats(results, baseline_results, "bleu")
+        results["win_ratio"] = {"baseline": baseline_name, "metric": "bleu", "value": wins / total,
+                                "wins": wins, "directions": total}
+    if out_json:
+        _atomic_write(out_json, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    if out_md:
+        _atomic_write(out_md, to_markdown(results))
+    return results
+
+
+# ----------------------------------------------------------------------------- CLI
+def _run(args):
+    try:
+        results = evaluate(
+            args.checkpoint, args.corpus, split=args.split, directions=args.directions, beam=args.beam,
+            lenpen=args.lenpen, max_tokens=args.max_tokens, batch_size=args.batch_size,
+            high_threshold=args.high_threshold, low_threshold=args.low_threshold, baseline=args.baseline,
+            out_json=args.out_json, out_md=args.out_md, generate_args=shlex.split(args.generate_args or ""),
+        )
+    except (EvaluationError, FileNotFoundError) as e:
+        raise SystemExit(f"langshare evaluate: error: {e}")
+    print(to_markdown(results))
+    return results
+
+
+def add_subcommand(subparsers):
+    """Register ``langshare evaluate`` on an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "evaluate", help="translate each direction of a corpus split and score it (BLEU, chrF, spBLEU)",
+        description=__doc__.split("\n\n")[0].strip("`"), formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("checkpoint", help="fairseq checkpoint (.pt) trained with --task multilingual_langshare")
+    p.add_argument("corpus", help="corpus directory from `langshare prepare-gettext` (manifest.json, raw/, bin/)")
+    p.add_argument("--split", default="test", help="data split to translate and score")
+    p.add_argument("--directions", default=None,
+                   help="comma-separated SRC-TGT directions, zero-shot ones included (default: every direction "
+                        "the checkpoint was trained on that has data in the split)")
+    p.add_argument("--beam", type=int, default=4, help="beam size")
+    p.add_argument("--lenpen", type=float, default=1.0, help="length penalty")
+    p.add_argument("--max-tokens", type=int, default=4000, help="max tokens per generation batch")
+    p.add_argument("--batch-size", type=int, default=None, help="max sentences per generation batch")
+    p.add_argument("--high-threshold", type=int, default=10000,
+                   help="a direction is high-resource when its non-English language has at least this many "
+                        "training pairs")
+    p.add_argument("--low-threshold", type=int, default=2000,
+                   help="a direction is low-resource when its non-English language has fewer training pairs "
+                        "than this (medium in between)")
+    p.add_argument("--baseline", default=None,
+                   help="results JSON of a baseline run (from --out-json): report the win ratio, the share of "
+                        "common directions where this run's BLEU is higher")
+    p.add_argument("--out-json", default=None, help="write the results as JSON here")
+    p.add_argument("--out-md", default=None, help="write the markdown tables here")
+    p.add_argument("--generate-args", default="",
+                   help="extra fairseq-generate flags as one string, e.g. --generate-args='--cpu --nbest 1'")
+    p.set_defaults(func=_run)
+    return p

@@ -1,0 +1,82 @@
+"""The language inventory: which integer id stands for which language code.
+
+Ids index every per-language parameter of a model, so the inventory travels with the
+weights: the model stores it as an int64 buffer (``lang_inventory``, the UTF-8 bytes of the
+comma-joined codes; integers survive fairseq's checkpoint averaging). When a checkpoint is
+loaded, the task's ``--langs`` is compared with the stored inventory by code: the same set in
+another order is re-mapped (the task then emits the checkpoint's ids), anything else is
+refused with a message that says which ``--langs`` to pass. A sentence is never routed
+through another language's weights.
+"""
+
+import logging
+from typing import Dict, List, Sequence
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LanguageInventory", "LanguageInventoryMismatch", "encode_inventory", "decode_inventory"]
+
+
+class LanguageInventoryMismatch(ValueError):
+    pass
+
+
+def encode_inventory(langs: Sequence[str]) -> torch.Tensor:
+    return torch.tensor(list(",".join(langs).encode("utf-8")), dtype=torch.long)
+
+
+def decode_inventory(tensor: torch.Tensor) -> List[str]:
+    text = bytes(int(b) for b in tensor.tolist()).decode("utf-8")
+    return text.split(",") if text else []
+
+
+class LanguageInventory:
+    """Code <-> id mapping shared by the task (which emits ids) and the model (which stores it)."""
+
+    def __init__(self, langs: Sequence[str]):
+        langs = list(langs)
+        dupes = sorted({c for c in langs if langs.count(c) > 1})
+        if dupes:
+            raise ValueError(f"--langs lists {dupes} more than once; give every language code once")
+        bad = [c for c in langs if not c or "," in c or "-" in c]
+        if bad:
+            raise ValueError(f"invalid language codes {bad}: codes must be non-empty and contain no ',' or '-'")
+        self.langs: List[str] = langs
+        self._index: Dict[str, int] = {c: i for i, c in enumerate(langs)}
+
+    def __len__(self):
+        return len(self.langs)
+
+    def __contains__(self, code):
+        return code in self._index
+
+    def id(self, code: str) -> int:
+        try:
+            return self._index[code]
+        except KeyError:
+            raise KeyError(
+                f"unknown language {code!r}: not in the language inventory {self.langs}; add it to --langs"
+            ) from None
+
+    def adopt(self, stored: Sequence[str], where: str = "checkpoint") -> None:
+        """Make ids follow ``stored`` (the inventory the weights were trained with)."""
+        stored = list(stored)
+        if stored == self.langs:
+            return
+        if sorted(stored) == sorted(self.langs):
+            logger.warning(
+                "--langs order %s differs from the %s inventory %s: re-mapping language ids by code",
+                self.langs, where, stored,
+            )
+            self.langs = stored
+            self._index = {c: i for i, c in enumerate(stored)}
+            return
+        missing = sorted(set(self.langs) - set(stored))
+        extra = sorted(set(stored) - set(self.langs))
+        raise LanguageInventoryMismatch(
+            f"the {where} was trained with --langs {','.join(stored)} but this run has --langs "
+            f"{','.join(self.langs)} (missing from {where}: {missing or 'none'}; not in --langs: {extra or 'none'}); "
+            f"pass --langs {','.join(stored)}"
+        )

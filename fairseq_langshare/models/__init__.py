@@ -1,0 +1,1 @@
+from . import language_aware_transformer, langshare_transformer  # noqa: F401

@@ -1,0 +1,156 @@
+"""The language-aware Transformer every fairseq_langshare model subclasses.
+
+It threads per-sentence ``src_lang_id``/``tgt_lang_id`` (LongTensor, B) from ``net_input``
+into the encoder, returns them inside ``encoder_out``, reorders them with the rest of
+``encoder_out`` (beam search), and hands them to the decoder in full and in incremental
+decoding. Layers read them through the ``LanguageIds`` object their encoder/decoder passes
+to ``build_encoder_layer``/``build_decoder_layer`` (``self.languages``); it is bound for one
+forward call only. The model stores the task's language inventory with its weights.
+"""
+
+import logging
+from contextlib import nullcontext
+from typing import Dict, List, Optional
+
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+    TransformerModel,
+)
+from fairseq.models.transformer.transformer_legacy import base_architecture
+from omegaconf import OmegaConf, open_dict
+from torch import Tensor
+
+from ..languages import LanguageInventory, decode_inventory, encode_inventory
+from ..modules.auxiliary import collect_auxiliary
+from ..modules.routing import LanguageIds
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LanguageAwareEncoder", "LanguageAwareDecoder", "LanguageAwareTransformerModel"]
+
+LANG_KEYS = ("src_lang_id", "tgt_lang_id")
+
+
+def _first(encoder_out, key) -> Optional[Tensor]:
+    value = encoder_out.get(key) if encoder_out is not None else None
+    return value[0] if value else None
+
+
+class LanguageAwareEncoder(TransformerEncoderBase):
+    def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
+        # created before nn.Module.__init__ so build_encoder_layer (called inside it) can hand it on
+        self.languages = LanguageIds()
+        super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
+
+    def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
+                token_embeddings: Optional[Tensor] = None, src_lang_id: Optional[Tensor] = None,
+                tgt_lang_id: Optional[Tensor] = None):
+        with self.languages.bind(src=src_lang_id, tgt=tgt_lang_id):
+            out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        out["src_lang_id"] = [src_lang_id] if src_lang_id is not None else []
+        out["tgt_lang_id"] = [tgt_lang_id] if tgt_lang_id is not None else []
+        return out
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
+        """fairseq rebuilds the dict from fixed keys; carry the language ids along."""
+        reordered = super().reorder_encoder_out(encoder_out, new_order)
+        for key in LANG_KEYS:
+            ids = _first(encoder_out, key)
+            reordered[key] = [ids.index_select(0, new_order)] if ids is not None else []
+        return reordered
+
+
+class LanguageAwareDecoder(TransformerDecoderBase):
+    def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        self.languages = LanguageIds()
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
+                         output_projection=output_projection)
+
+    def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
+                         full_context_alignment=False, alignment_layer=None, alignment_heads=None):
+        """The target language of each row comes from ``encoder_out`` (reordered with beam
+        search), never from the tokens, so it is known from the first decoding step."""
+        with self.languages.bind(src=_first(encoder_out, "src_lang_id"), tgt=_first(encoder_out, "tgt_lang_id")):
+            return super().extract_features(
+                prev_output_tokens, encoder_out=encoder_out, incremental_state=incremental_state,
+                full_context_alignment=full_context_alignment, alignment_layer=alignment_layer,
+                alignment_heads=alignment_heads,
+            )
+
+
+class LanguageAwareTransformerModel(TransformerModel):
+    """Base model: subclasses set ``config_class``/``encoder_class``/``decoder_class`` and
+    override the layer hooks of their encoder/decoder."""
+
+    config_class = TransformerConfig
+    encoder_class = LanguageAwareEncoder
+    decoder_class = LanguageAwareDecoder
+
+    def __init__(self, args, encoder, decoder):
+        super().__init__(args, encoder, decoder)
+        self.inventory: Optional[LanguageInventory] = None
+        self.register_buffer("lang_inventory", encode_inventory([]), persistent=True)
+
+    # Models register the fairseq-``transformer`` way (argparse flags generated from
+    # ``config_class``, presets as architectures): fairseq 0.12 cannot turn a Namespace into
+    # a TransformerConfig-typed hydra node (its nested encoder/decoder dataclasses break
+    # ``convert_namespace_to_omegaconf``), so a ``dataclass=`` registration would break the CLI.
+    # fairseq-hydra-train still works: its ``model:`` node holds the same flat keys.
+    @classmethod
+    def add_args(cls, parser):
+        gen_parser_from_dataclass(parser, cls.config_class(), delete_default=True, with_prefix="")
+
+    @classmethod
+    def build_model(cls, args, task):
+        with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
+            base_architecture(args)  # fill what an older config or the preset left out
+        cfg = cls.config_class.from_namespace(args)
+        return super(TransformerModel, cls).build_model(cfg, task)
+
+    @classmethod
+    def build_encoder(cls, cfg, src_dict, embed_tokens):
+        return cls.encoder_class(cfg, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
+        return cls.decoder_class(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
+                features_only: bool = False, alignment_layer: Optional[int] = None,
+                alignment_heads: Optional[int] = None, src_lang_id: Optional[Tensor] = None,
+                tgt_lang_id: Optional[Tensor] = None):
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+                                   src_lang_id=src_lang_id, tgt_lang_id=tgt_lang_id)
+        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
+                            alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                            src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+
+    # --- auxiliary losses -------------------------------------------------------------
+    def auxiliary_outputs(self):
+        """``({name: (value, weight)}, {name: statistic})`` recorded during the last forward."""
+        return collect_auxiliary(self)
+
+    # --- the language inventory ---------------------------------------------------------
+    @property
+    def langs(self) -> List[str]:
+        return decode_inventory(self.lang_inventory)
+
+    def attach_inventory(self, inventory: LanguageInventory):
+        """Called by the task after building: ids the task emits index ``inventory``."""
+        self.inventory = inventory
+        self.lang_inventory = encode_inventory(inventory.langs).to(self.lang_inventory.device)
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        stored = state_dict.get("lang_inventory")
+        state_dict = dict(state_dict)
+        if stored is None:  # weights of a plain fairseq transformer (e.g. dense initialisation)
+            state_dict["lang_inventory"] = self.lang_inventory
+        elif self.inventory is not None:
+            self.inventory.adopt(decode_inventory(stored))
+            self.lang_inventory = encode_inventory(self.inventory.langs).to(self.lang_inventory.device)
+        else:
+            self.lang_inventory = stored.clone().to(self.lang_inventory.device)
+        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)

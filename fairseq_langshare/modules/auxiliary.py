@@ -1,0 +1,65 @@
+"""Auxiliary losses and statistics: recorded by modules during forward, collected by the
+model, weighted and logged by the one criterion (``langshare_label_smoothed_cross_entropy``).
+
+A module that regularises something subclasses ``AuxiliaryReporter`` and calls
+``report_loss(name, value, weight)`` / ``report_stat(name, value)`` in its forward. A later
+forward overwrites the record of the same name, so decoding (where nobody collects) does not
+accumulate anything.
+"""
+
+from typing import Dict, Tuple
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["AuxiliaryReporter", "collect_auxiliary"]
+
+
+class AuxiliaryReporter:
+    """Mixin for modules that report auxiliary losses or statistics."""
+
+    def _records(self):
+        records = self.__dict__.get("_aux_records")
+        if records is None:
+            records = {"losses": {}, "stats": {}}
+            self.__dict__["_aux_records"] = records
+        return records
+
+    def report_loss(self, name: str, value: Tensor, weight: float) -> None:
+        """Record a scalar loss for this batch; the criterion adds ``weight * value``."""
+        self._records()["losses"][name] = (value, float(weight))
+
+    def report_stat(self, name: str, value) -> None:
+        """Record a scalar statistic for logging only (no gradient)."""
+        if torch.is_tensor(value):
+            value = value.detach()
+        self._records()["stats"][name] = value
+
+    def pop_auxiliary(self):
+        records = self._records()
+        self.__dict__["_aux_records"] = None
+        return records["losses"], records["stats"]
+
+
+def collect_auxiliary(model: nn.Module) -> Tuple[Dict[str, Tuple[Tensor, float]], Dict[str, float]]:
+    """Pop every record of every reporting submodule of ``model``.
+
+    Losses of the same name reported by several modules are summed (weights must agree);
+    statistics of the same name are averaged.
+    """
+    losses: Dict[str, Tuple[Tensor, float]] = {}
+    stats: Dict[str, list] = {}
+    for module in model.modules():
+        if not isinstance(module, AuxiliaryReporter):
+            continue
+        module_losses, module_stats = module.pop_auxiliary()
+        for name, (value, weight) in module_losses.items():
+            if name in losses:
+                prev_value, prev_weight = losses[name]
+                if prev_weight != weight:
+                    raise ValueError(f"auxiliary loss {name!r} reported with weights {prev_weight} and {weight}")
+                value = prev_value + value
+            losses[name] = (value, weight)
+        for name, value in module_stats.items():
+            stats.setdefault(name, []).append(float(value))
+    return losses, {k: sum(v) / len(v) for k, v in stats.items()}

@@ -1,0 +1,98 @@
+"""Routing by language: the one mechanism every language-specific component uses.
+
+A batch mixes language pairs, so the language is a property of each *sentence*.
+``route_by_language`` groups the rows of a tensor by language id (one gather), calls a
+per-language function once per language present, and puts the rows back (one scatter).
+Its cost grows with the tokens in the batch, not with the size of the inventory.
+
+``LanguageIds`` carries the per-sentence ids of the current forward call from an encoder or
+decoder to the layers it built. It is bound for the duration of one forward call only
+(``with ids.bind(...)``) from the ids the task put in ``net_input`` or that travel in
+``encoder_out``; nothing persists between calls, so there is no per-batch global state.
+"""
+
+from contextlib import contextmanager
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+
+__all__ = ["route_by_language", "LanguageIds", "MissingLanguageIds"]
+
+
+class MissingLanguageIds(RuntimeError):
+    pass
+
+
+def route_by_language(
+    x: Tensor,
+    lang_ids: Tensor,
+    fn: Callable[[int, Tensor, Optional[Tensor]], Tensor],
+    padding_mask: Optional[Tensor] = None,
+    batch_dim: int = 1,
+) -> Tensor:
+    """Apply ``fn(lang, x_lang, padding_mask_lang)`` to the rows of ``x`` of each language.
+
+    Args:
+        x: tensor whose ``batch_dim`` indexes sentences, e.g. (T, B, C) with ``batch_dim=1``.
+        lang_ids: LongTensor (B,), the language of every sentence.
+        fn: called once per language present with that language's rows (in their original
+            relative order) and the matching rows of ``padding_mask`` (B, T); it must return a
+            tensor with the same batch dimension size; other dimensions may change.
+        padding_mask: optional (B, T) mask, True at padding.
+    Returns:
+        the per-language outputs reassembled in the original row order.
+    """
+    if lang_ids.dim() != 1 or lang_ids.numel() != x.size(batch_dim):
+        raise ValueError(
+            f"route_by_language: lang_ids must have shape ({x.size(batch_dim)},) to match the "
+            f"batch dimension {batch_dim} of x, got {tuple(lang_ids.shape)}"
+        )
+    present, counts = torch.unique(lang_ids, sorted=True, return_counts=True)
+    if present.numel() == 1:  # single-language batch: no gather, no scatter
+        return fn(int(present[0]), x, padding_mask)
+    order = torch.argsort(lang_ids, stable=True)
+    xs = x.index_select(batch_dim, order)
+    masks = padding_mask.index_select(0, order) if padding_mask is not None else None
+    outs, start = [], 0
+    for lang, n in zip(present.tolist(), counts.tolist()):
+        m = masks.narrow(0, start, n) if masks is not None else None
+        outs.append(fn(lang, xs.narrow(batch_dim, start, n), m))
+        start += n
+    y = torch.cat(outs, dim=batch_dim)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device=order.device)
+    return y.index_select(batch_dim, inverse)
+
+
+class LanguageIds:
+    """Per-sentence source/target language ids of the forward call in progress.
+
+    An encoder (or decoder) creates one and hands it to the layers it builds; its ``forward``
+    binds the ids of the current batch, layers read them with ``get("src"|"tgt")``.
+    """
+
+    SIDES = ("src", "tgt")
+
+    def __init__(self):
+        self._bound = None
+
+    @contextmanager
+    def bind(self, src: Optional[Tensor], tgt: Optional[Tensor]):
+        previous = self._bound
+        self._bound = {"src": src, "tgt": tgt}
+        try:
+            yield self
+        finally:
+            self._bound = previous
+
+    def get(self, side: str) -> Tensor:
+        if side not in self.SIDES:
+            raise ValueError(f"language side must be 'src' or 'tgt', got {side!r}")
+        ids = None if self._bound is None else self._bound[side]
+        if ids is None:
+            raise MissingLanguageIds(
+                f"no {side}_lang_id for this batch: language-specific components need per-sentence "
+                "language ids; train and decode with --task multilingual_langshare"
+            )
+        return ids

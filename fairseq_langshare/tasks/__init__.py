@@ -1,0 +1,1 @@
+from . import multilingual_langshare  # noqa: F401

@@ -1,0 +1,193 @@
+"""Task ``multilingual_langshare``: ``translation_multi_simple_epoch`` with per-sentence
+language ids for training, validation, ``fairseq-generate`` and ``fairseq-interactive``.
+
+* every batch carries ``src_lang_id`` and ``tgt_lang_id`` (LongTensor, B) in ``net_input``,
+  row-aligned after the collater's length sort (``LanguageTaggedDataset``);
+* ids index the ``--langs`` inventory, which the model stores with its weights; loading a
+  checkpoint re-maps a reordered ``--langs`` by code or refuses a different set
+  (``LanguageInventory.adopt``);
+* at inference (``fairseq-interactive`` passes no ids) the ids come from ``-s``/``-t``;
+* options are a ``FairseqDataclass`` so ``fairseq-hydra-train`` works too.
+"""
+
+import argparse
+import dataclasses
+import logging
+import os
+from enum import Enum
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.tasks import register_task
+from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
+from fairseq.utils import csv_str_list, eval_str_dict
+from omegaconf import II, OmegaConf
+
+from ..languages import LanguageInventory
+from .language_tagged_dataset import LanguageTaggedDataset, attach_lang_ids
+
+logger = logging.getLogger(__name__)
+
+SAMPLING_METHODS = ChoiceEnum(["uniform", "temperature", "concat", "RoundRobin"])
+LANGTOK_SIDES = ChoiceEnum(["src", "tgt"])
+
+
+@dataclass
+class MultilingualLangshareConfig(FairseqDataclass):
+    """The options of fairseq's ``translation_multi_simple_epoch``, declared once as a dataclass."""
+
+    data: Optional[str] = field(default=None, metadata={"help": "colon-separated data directories (binarized with fairseq-preprocess)"})
+    langs: Optional[str] = field(default=None, metadata={"help": "comma-separated language inventory; ids index it and it is stored in the checkpoint"})
+    lang_dict: Optional[str] = field(default=None, metadata={"help": "file with the language inventory, one code per line (exclusive with --langs)"})
+    lang_pairs: Optional[str] = field(default=None, metadata={"help": "comma-separated training directions, e.g. en-de,en-fr (or a file holding them)"})
+    source_lang: Optional[str] = field(default=None, metadata={"help": "inference source language", "argparse_alias": "-s"})
+    target_lang: Optional[str] = field(default=None, metadata={"help": "inference target language", "argparse_alias": "-t"})
+    keep_inference_langtok: bool = field(default=False, metadata={"help": "keep language tokens in inference output"})
+    sampling_method: SAMPLING_METHODS = field(default="concat", metadata={"help": "how to sample data across language pairs"})
+    sampling_temperature: float = field(default=1.5, metadata={"help": "temperature T for --sampling-method temperature (p ~ n^(1/T))"})
+    source_dict: Optional[str] = field(default=None, metadata={"help": "source dictionary overriding per-language dictionaries"})
+    target_dict: Optional[str] = field(default=None, metadata={"help": "target dictionary overriding per-language dictionaries"})
+    lang_tok_style: str = field(default="multilingual", metadata={"help": "language token style: multilingual (__xx__) or mbart ([xx])"})
+    load_alignments: bool = field(default=False, metadata={"help": "load the binarized alignments"})
+    left_pad_source: str = field(default="True", metadata={"help": "pad the source on the left"})
+    left_pad_target: str = field(default="False", metadata={"help": "pad the target on the left"})
+    max_source_positions: int = field(default=1024, metadata={"help": "max number of tokens in the source sequence"})
+    max_target_positions: int = field(default=1024, metadata={"help": "max number of tokens in the target sequence"})
+    upsample_primary: int = field(default=1, metadata={"help": "amount to upsample primary dataset"})
+    truncate_source: bool = field(default=False, metadata={"help": "truncate source to max-source-positions"})
+    encoder_langtok: Optional[LANGTOK_SIDES] = field(default=None, metadata={"help": "prepend the source or target language token to the source"})
+    decoder_langtok: bool = field(default=False, metadata={"help": "prepend the target language token to the target"})
+    lang_tok_replacing_bos_eos: bool = field(default=False, metadata={"help": "replace bos/eos by language tokens"})
+    enable_lang_ids: bool = field(default=False, metadata={"help": "ignored: this task always provides per-sentence src_lang_id/tgt_lang_id"})
+    enable_reservsed_directions_shared_datasets: bool = field(default=False, metadata={"help": "allow datasets to be used in reversed directions"})
+    extra_data: Optional[str] = field(default=None, metadata={"help": "dict of extra data name to path"})
+    extra_lang_pairs: Optional[str] = field(default=None, metadata={"help": "dict of extra data name to the language pairs they serve"})
+    fixed_dictionary: Optional[str] = field(default=None, metadata={"help": "fixed dictionary to use with model path"})
+    langtoks_specs: str = field(default="main", metadata={"help": "comma-separated data types with their own language tokens"})
+    langtoks: Optional[str] = field(default=None, metadata={"help": "dict of how to add language tokens per data type"})
+    sampling_weights_from_file: Optional[str] = field(default=None, metadata={"help": "file with a dict of sampling weights"})
+    sampling_weights: Optional[str] = field(default=None, metadata={"help": "dict of sampling weights per data set"})
+    virtual_epoch_size: Optional[int] = field(default=None, metadata={"help": "virtual epoch size to speed up data loading"})
+    virtual_data_size: Optional[int] = field(default=None, metadata={"help": "virtual data size of the whole joint dataset"})
+    # read by fairseq's data manager from the task options
+    seed: int = II("common.seed")
+    dataset_impl: Optional[str] = II("dataset.dataset_impl")
+    train_subset: str = II("dataset.train_subset")
+
+
+_DICT_OPTIONS = ("extra_data", "extra_lang_pairs", "langtoks", "sampling_weights")
+
+
+def _read_if_file(value):
+    if isinstance(value, str) and os.path.isfile(value):
+        with open(value, encoding="utf-8") as f:
+            return f.read().strip()
+    return value
+
+
+def options_as_namespace(cfg) -> argparse.Namespace:
+    """The Namespace fairseq's multilingual data manager expects, from any config form."""
+    if isinstance(cfg, argparse.Namespace):
+        values = dict(vars(cfg))
+    elif OmegaConf.is_config(cfg):
+        values = OmegaConf.to_container(cfg, resolve=True)
+    else:
+        values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    values = {k: (v.value if isinstance(v, Enum) else v) for k, v in values.items()}
+    values["lang_pairs"] = _read_if_file(values.get("lang_pairs"))
+    if isinstance(values.get("langs"), str):
+        values["langs"] = csv_str_list(values["langs"])
+    if isinstance(values.get("langtoks_specs"), str):
+        values["langtoks_specs"] = csv_str_list(values["langtoks_specs"])
+    for key in _DICT_OPTIONS:
+        if isinstance(values.get(key), str):
+            values[key] = eval_str_dict(values[key], type=str)
+    values["enable_lang_ids"] = False  # fairseq's batch-level ids are replaced by ours
+    return argparse.Namespace(**values)
+
+
+class LangshareDatasetManager(MultilingualDatasetManager):
+    """fairseq's multilingual data manager whose per-direction datasets carry language codes."""
+
+    def __init__(self, args, lang_pairs, langs, dicts, sampling_method, inventory):
+        super().__init__(args, lang_pairs, langs, dicts, sampling_method)
+        self.inventory = inventory
+
+    def load_a_dataset(self, **kwargs):
+        src, tgt, split = kwargs["src"], kwargs["tgt"], kwargs["split"]
+        data_path = kwargs["data_path"]
+        impl = self.args.dataset_impl
+        if not (self.split_exists(split, src, tgt, src, data_path, impl)
+                or self.split_exists(split, tgt, src, src, data_path, impl)):
+            raise FileNotFoundError(
+                f"no {split} data for the pair {src}-{tgt} in {data_path} (expected "
+                f"{split}.{src}-{tgt}.{src}.idx): binarize that direction with fairseq-preprocess "
+                f"or remove it from --lang-pairs / -s -t"
+            )
+        return LanguageTaggedDataset(super().load_a_dataset(**kwargs), src, tgt, self.inventory)
+
+
+@register_task("multilingual_langshare", dataclass=MultilingualLangshareConfig)
+class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
+    """Multilingual translation whose batches route every sentence by its own languages."""
+
+    @classmethod
+    def add_args(cls, parser):
+        gen_parser_from_dataclass(parser, MultilingualLangshareConfig())
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        args = options_as_namespace(cfg)
+        langs, dicts, training = MultilingualDatasetManager.prepare(cls.load_dictionary, args, **kwargs)
+        return cls(args, langs, dicts, training)
+
+    def __init__(self, args, langs, dicts, training):
+        super().__init__(args, langs, dicts, training)
+        self.inventory = LanguageInventory(langs)
+        self.data_manager = LangshareDatasetManager(
+            args, self.lang_pairs, langs, dicts, self.sampling_method, self.inventory
+        )
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        if hasattr(model, "attach_inventory"):
+            model.attach_inventory(self.inventory)
+        return model
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
+        return LanguageTaggedDataset(dataset, self.args.source_lang, self.args.target_lang, self.inventory)
+
+    def ensure_lang_ids(self, sample):
+        """Give a batch per-sentence ids if its producer did not (``fairseq-interactive``
+        builds ``net_input`` from tokens only): at inference every row is ``-s`` -> ``-t``."""
+        net_input = sample["net_input"]
+        if "tgt_lang_id" not in net_input and "tgt_lang_id" in sample:
+            net_input["tgt_lang_id"] = sample["tgt_lang_id"]
+        if "src_lang_id" in net_input and "tgt_lang_id" in net_input:
+            return sample
+        if self.args.source_lang is None or self.args.target_lang is None:
+            raise ValueError("batch without language ids: pass -s/--source-lang and -t/--target-lang")
+        bsz = net_input["src_tokens"].size(0)
+        device = net_input["src_tokens"].device
+        attach_lang_ids(
+            sample,
+            [self.inventory.id(self.args.source_lang)] * bsz,
+            [self.inventory.id(self.args.target_lang)] * bsz,
+        )
+        for key in ("src_lang_id", "tgt_lang_id"):
+            net_input[key] = net_input[key].to(device)
+        return sample
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        return super().train_step(self.ensure_lang_ids(sample), model, criterion, optimizer, update_num, ignore_grad)
+
+    def valid_step(self, sample, model, criterion):
+        return super().valid_step(self.ensure_lang_ids(sample), model, criterion)
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        return super().inference_step(generator, models, self.ensure_lang_ids(sample), prefix_tokens, constraints)

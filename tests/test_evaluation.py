@@ -1,0 +1,186 @@
+"""Tests for ``fairseq_langshare.evaluation`` (``langshare evaluate``)."""
+
+import argparse
+import json
+import os
+import random
+
+import pytest
+
+from fairseq_langshare import evaluation
+from fairseq_langshare.evaluation import (
+    EvaluationError,
+    add_subcommand,
+    evaluate,
+    resource_groups,
+    score,
+    to_markdown,
+    win_ratio,
+)
+
+PKG_DIR = os.path.dirname(os.path.abspath(evaluation.__file__))
+
+
+# ----------------------------------------------------------------------------- helpers
+def _results(scores, groups=None):
+    """Hand-made results: direction -> BLEU."""
+    groups = groups or {}
+    return {"directions": {d: {"bleu": b, "chrf": b / 2, "spbleu": None, "group": groups.get(d, "high"),
+                               "train_size": 1, "n": 10} for d, b in scores.items()}}
+
+
+@pytest.fixture
+def no_spm_models(tmp_path, monkeypatch):
+    from sacrebleu.tokenizers import tokenizer_spm
+
+    monkeypatch.setattr(tokenizer_spm, "SACREBLEU_DIR", str(tmp_path / "sacrebleu-empty"))
+    return tmp_path / "sacrebleu-empty"
+
+
+# ----------------------------------------------------------------------------- unit tests
+def test_resource_groups_boundaries():
+    sizes = {"en-a": 10000, "en-b": 9999, "en-c": 2000, "en-d": 1999, "en-e": 0, "a-b": None}
+    assert resource_groups(sizes, 10000, 2000) == {
+        "en-a": "high", "en-b": "medium", "en-c": "medium", "en-d": "low", "en-e": "low", "a-b": "zero-shot",
+    }
+    assert resource_groups({"x": 50}, high_threshold=50, low_threshold=50) == {"x": "high"}
+    assert resource_groups({"x": 49}, high_threshold=50, low_threshold=50) == {"x": "low"}
+    with pytest.raises(EvaluationError, match="low threshold"):
+        resource_groups({"x": 1}, high_threshold=10, low_threshold=20)
+
+
+def test_win_ratio():
+    mine = _results({"en-a": 30.0, "en-b": 20.0, "en-c": 10.0, "en-d": 5.0})
+    base = _results({"en-a": 25.0, "en-b": 20.0, "en-c": 12.0, "en-x": 1.0})
+    # common: a (win), b (tie: not a win), c (loss)
+    assert win_ratio(mine, base) == pytest.approx(1 / 3)
+    assert win_ratio(base, mine) == pytest.approx(1 / 3)
+    assert win_ratio(mine, mine) == 0.0
+    assert win_ratio(mine, base, metric="chrf") == pytest.approx(1 / 3)
+    with pytest.raises(EvaluationError, match="no direction"):
+        win_ratio(mine, _results({"fr-de": 1.0}))
+    with pytest.raises(EvaluationError, match="no direction"):
+        win_ratio(mine, base, metric="spbleu")  # all null
+    with pytest.raises(EvaluationError, match="not an evaluate results"):
+        win_ratio(mine, {"en-a": 3})
+
+
+def test_markdown_has_every_direction_and_group_averages():
+    res = _results({"en-hi": 30.0, "hi-en": 34.0, "en-mid": 20.0, "en-lo": 4.0, "lo-hi": 1.0},
+                   {"en-hi": "high", "hi-en": "high", "en-mid": "medium", "en-lo": "low", "lo-hi": "zero-shot"})
+    res["thresholds"] = {"high": 10000, "low": 2000}
+    md = to_markdown(res)
+    for d in res["directions"]:
+        assert f"| {d} |" in md
+    assert "| High (>= 10000) | 2 | 32.00 |" in md
+    assert "| Medium | 1 | 20.00 |" in md
+    assert "| Low (< 2000) | 1 | 4.00 |" in md
+    assert "| Zero-shot | 1 | 1.00 |" in md
+    assert "| All | 5 | 17.80 |" in md
+    assert "spBLEU" not in md  # no direction has it: no column
+    res["win_ratio"] = {"baseline": "b.json", "metric": "bleu", "value": 0.4, "wins": 2, "directions": 5}
+    assert "0.40 (2/5 directions)" in to_markdown(res)
+
+
+def test_identical_hypotheses_score_100_with_signatures(no_spm_models):
+    refs = ["the cat sat on the mat .", "a quick brown fox jumps over the lazy dog"]
+    out = score(list(refs), refs, "fr")
+    assert out["bleu"] == pytest.approx(100.0)
+    assert out["chrf"] == pytest.approx(100.0)
+    assert "tok:13a" in out["bleu_signature"] and "version:" in out["bleu_signature"]
+    assert out["chrf_signature"].startswith("nrefs:1")
+    assert score(["completely different words here"] * 2, refs)["bleu"] < 5
+
+
+def test_spbleu_null_without_local_model(no_spm_models):
+    name, note = evaluation.spbleu_tokenizer()
+    assert name is None and "never downloads" in note and str(no_spm_models) in note
+    out = score(["a b c d"], ["a b c d"], "de")
+    assert out["spbleu"] is None and out["spbleu_signature"] is None
+    md = to_markdown({"directions": {"en-de": {"bleu": 1.0, "chrf": 1.0, "spbleu": None, "group": "low"}},
+                      "spbleu_note": note})
+    assert "never downloads" in md
+
+
+def test_spbleu_with_local_model(tmp_path, monkeypatch):
+    import sentencepiece as spm
+    from sacrebleu.tokenizers import tokenizer_spm
+
+    text = tmp_path / "t.txt"
+    text.write_text("\n".join(f"word{i} other{i % 7} thing{i % 3}" for i in range(200)) + "\n")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "m"), vocab_size=40,
+                                   hard_vocab_limit=False, minloglevel=2)
+    models = tmp_path / "sb" / "models"
+    models.mkdir(parents=True)
+    os.replace(tmp_path / "m.model", models / "sacrebleu_tokenizer_spm.model")  # flores101's file name
+    monkeypatch.setattr(tokenizer_spm, "SACREBLEU_DIR", str(tmp_path / "sb"))
+    assert evaluation.spbleu_tokenizer() == ("flores101", None)
+    out = score(["word1 other1 thing1"], ["word1 other1 thing1"])
+    assert out["spbleu"] == pytest.approx(100.0) and "tok:flores101" in out["spbleu_signature"]
+
+
+def test_cli_registers_evaluate_with_help_for_every_flag():
+    parser = argparse.ArgumentParser(prog="langshare")
+    sub = parser.add_subparsers(dest="command")
+    add_subcommand(sub)
+    args = parser.parse_args(["evaluate", "ck.pt", "corpus", "--directions", "en-fr,fr-de", "--beam", "2",
+                              "--generate-args=--cpu --nbest 1"])
+    assert args.func is evaluation._run and args.beam == 2 and args.directions == "en-fr,fr-de"
+    assert args.high_threshold == 10000 and args.low_threshold == 2000
+    p = sub.choices["evaluate"]
+    for action in p._actions:
+        if action.dest != "help":
+            assert action.help, action.dest
+    assert "10000" in p.format_help() and "2000" in p.format_help()
+
+
+def test_clear_errors(tmp_path, capsys):
+    with pytest.raises(EvaluationError, match="checkpoint not found: .*nope.pt"):
+        evaluate(str(tmp_path / "nope.pt"), str(tmp_path))
+    ck = tmp_path / "ck.pt"
+    ck.write_bytes(b"not a checkpoint")
+    with pytest.raises(EvaluationError, match="no manifest.json"):
+        evaluate(str(ck), str(tmp_path))
+    with pytest.raises(EvaluationError, match="corpus directory not found"):
+        evaluate(str(ck), str(tmp_path / "missing"))
+    (tmp_path / "manifest.json").write_text(json.dumps({"pivot": "en"}))
+    with pytest.raises(EvaluationError, match="cannot read checkpoint"):
+        evaluate(str(ck), str(tmp_path))
+    with pytest.raises(EvaluationError, match="baseline results not found"):
+        evaluate(str(ck), str(tmp_path), baseline=str(tmp_path / "b.json"))
+    # the CLI turns them into one line on stderr and a non-zero exit
+    parser = argparse.ArgumentParser(prog="langshare")
+    add_subcommand(parser.add_subparsers())
+    args = parser.parse_args(["evaluate", str(tmp_path / "nope.pt"), str(tmp_path)])
+    with pytest.raises(SystemExit) as exc:
+        args.func(args)
+    assert str(exc.value).startswith("langshare evaluate: error: checkpoint not found")
+    assert "\n" not in str(exc.value)
+
+
+def test_missing_direction_data_names_the_file(tmp_path):
+    corpus = evaluation._Corpus.__new__(evaluation._Corpus)
+    corpus.path, corpus.bin, corpus.raw = str(tmp_path), str(tmp_path / "bin"), str(tmp_path / "raw")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "raw").mkdir()
+    msg = corpus.missing("test", "fr", "de")
+    assert "test.fr-de.fr.idx" in msg and "raw/test.fr-de.de" in msg and "prepare-gettext" in msg
+    (tmp_path / "bin" / "test.de-fr.fr.idx").write_text("")
+    (tmp_path / "raw" / "test.de-fr.de").write_text("x\n")
+    assert corpus.missing("test", "fr", "de") is None  # the reverse orientation serves too
+    assert corpus.missing("valid", "fr", "de").count("\n") == 0
+
+
+def test_task_flags_reproduce_the_data_shape():
+    import fairseq.tasks.translation_multi_simple_epoch  # noqa: F401  (registers the task)
+
+    cfg = {"_name": "translation_multi_simple_epoch", "data": "/elsewhere", "langs": ["en", "xx"],
+           "lang_pairs": ["en-xx", "xx-en"], "encoder_langtok": "tgt", "decoder_langtok": True,
+           "left_pad_source": "True", "source_lang": None, "sampling_method": "temperature",
+           "max_source_positions": 256, "lang_tok_replacing_bos_eos": False}
+    flags = evaluation._task_flags("translation_multi_simple_epoch", cfg)
+    pairs = {flags[i]: flags[i + 1] for i in range(len(flags) - 1) if not flags[i + 1].startswith("--")}
+    assert pairs == {"--lang-pairs": "en-xx,xx-en", "--langs": "en,xx", "--max-source-positions": "256",
+                     "--encoder-langtok": "tgt"}
+    assert "--decoder-langtok" in flags and "--lang-tok-replacing-bos-eos" not in flags
+    assert "/elsewhere" not in flags and "temperature" not in flags
