@@ -184,3 +184,74 @@ def test_task_flags_reproduce_the_data_shape():
                      "--encoder-langtok": "tgt"}
     assert "--decoder-langtok" in flags and "--lang-tok-replacing-bos-eos" not in flags
     assert "/elsewhere" not in flags and "temperature" not in flags
+
+
+# ----------------------------------------------------------------------------- end to end
+_WORDS = ("the a cat dog bird fish sees eats likes big small red green old new house tree river "
+          "near under with and runs sleeps").split()
+_LANGS = {  # deterministic word-by-word substitutions of English
+    "xx": lambda w: w[::-1] + "o",
+    "yy": lambda w: "ka" + w[1:] + w[0],
+}
+
+
+def _build_tiny_corpus(root, sizes=None, seed=0):
+    """A hand-made corpus directory laid out like ``prepare_gettext``'s, with en-xx and en-yy."""
+    import sentencepiece as spm
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    sizes = sizes or {"train": 400, "valid": 30, "test": 40}
+    rng = random.Random(seed)
+    raw, tok, bin_dir = root / "raw", root / "tok", root / "bin"
+    for d in (raw, tok, bin_dir):
+        d.mkdir(parents=True)
+    seen, counts = set(), {split: {} for split in sizes}
+    for lang in _LANGS:
+        for split, n in sizes.items():
+            en = []
+            while len(en) < n:
+                s = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 7)))
+                if s not in seen:  # no English sentence in two splits or pairs
+                    seen.add(s)
+                    en.append(s)
+            (raw / f"{split}.en-{lang}.en").write_text("\n".join(en) + "\n")
+            (raw / f"{split}.en-{lang}.{lang}").write_text(
+                "\n".join(" ".join(_LANGS[lang](w) for w in s.split()) for s in en) + "\n")
+            counts[split][f"en-{lang}"] = n
+    train_text = [str(p) for p in sorted(raw.glob("train.*"))]
+    spm.SentencePieceTrainer.train(input=",".join(train_text), model_prefix=str(root / "spm"), vocab_size=150,
+                                   hard_vocab_limit=False, model_type="bpe", minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
+    for path in raw.iterdir():
+        lines = path.read_text().splitlines()
+        (tok / path.name).write_text("\n".join(" ".join(sp.encode(l, out_type=str)) for l in lines) + "\n")
+    vocab = [l.split("\t")[0] for l in (root / "spm.vocab").read_text().splitlines()[3:]]
+    (root / "dict.txt").write_text("".join(f"{p} 1\n" for p in vocab))
+    for lang in _LANGS:
+        argv = ["--source-lang", "en", "--target-lang", lang, "--destdir", str(bin_dir),
+                "--srcdict", str(root / "dict.txt"), "--tgtdict", str(root / "dict.txt"), "--workers", "1"]
+        for split in sizes:
+            argv += [f"--{split}pref", str(tok / f"{split}.en-{lang}")]
+        preprocess.main(options.get_preprocessing_parser().parse_args(argv))
+    manifest = {"pivot": "en", "languages": list(_LANGS), "langs": ["en", *_LANGS],
+                "lang_pairs": [f"en-{l}" for l in _LANGS], "counts": counts,
+                "train_pairs_per_language": {l: sizes["train"] for l in _LANGS},
+                "spm_model": "spm.model", "data_bin": "bin"}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return root
+
+
+def _train(corpus, save_dir, task, arch, max_update=300, extra=()):
+    from fairseq import options
+    from fairseq_cli import train
+
+    argv = [str(corpus / "bin"), "--task", task, "--user-dir", PKG_DIR, "--arch", arch,
+            "--langs", "en,xx,yy", "--lang-pairs", "en-xx,en-yy", "--encoder-langtok", "tgt",
+            "--share-all-embeddings", "--optimizer", "adam", "--lr", "0.005", "--lr-scheduler", "inverse_sqrt",
+            "--warmup-updates", "40", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--dropout", "0.0", "--max-tokens", "1000", "--max-update", str(max_update), "--cpu", "--seed", "1",
+            "--save-dir", str(save_dir), "--no-epoch-checkpoints", "--disable-validation",
+            "--log-format", "json", "--log-interval", "50", "--num-workers", "0", *extra]
+    train.main(options.parse_args_and_arch(options.get_training_parser(), input_args=argv))
+    return save_dir / "checkpoint_last.pt"

@@ -130,3 +130,18 @@ class _JsonCollector(logging.Handler):
                 self.records.append(json.loads(msg))
             except ValueError:
                 pass
+
+
+def build_task_and_model(corpus, arch="langshare_transformer_tiny", extra=(), langs=None, pairs=None, seed=1):
+    """Set up the task and a freshly initialised model exactly as fairseq-train would."""
+    import torch
+    from fairseq import options, tasks
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, task_args(corpus, langs, pairs) + ["--arch", arch, "--cpu", *extra]
+    )
+    torch.manual_seed(seed)
+    task = tasks.setup_task(args)
+    model = task.build_model(args)
+    return task, model, args

@@ -10,6 +10,7 @@ import argparse
 import codecs
 import collections
 import hashlib
+import io
 import json
 import logging
 import os
@@ -210,16 +211,19 @@ def train_spm(tmp, splits, vocab_size, workers):
     text = english[:SPM_LINES_PER_LANG]
     for s in splits.values():
         text += [xx for _, xx in s["train"][:SPM_LINES_PER_LANG]]
-    path = os.path.join(tmp, "spm_train.txt")
-    _write_lines(path, text)
+    model = io.BytesIO()  # in memory: a file-based run records its (temporary) paths in the model
     spm.set_random_generator_seed(1)
     spm.SentencePieceTrainer.train(
-        input=path, model_prefix=os.path.join(tmp, "spm"), vocab_size=vocab_size,
+        sentence_iterator=iter(text), model_writer=model, vocab_size=vocab_size,
         model_type="unigram", character_coverage=0.9995, hard_vocab_limit=False,
         input_sentence_size=0, shuffle_input_sentence=False, num_threads=max(1, workers),
         minloglevel=2)
-    os.remove(path)
-    return spm.SentencePieceProcessor(model_file=os.path.join(tmp, "spm.model"))
+    with open(os.path.join(tmp, "spm.model"), "wb") as f:
+        f.write(model.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    _write_lines(os.path.join(tmp, "spm.vocab"),
+                 (f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}" for i in range(sp.get_piece_size())))
+    return sp
 
 
 def binarize(tmp, lang_pairs, splits_present, workers):

@@ -1,0 +1,132 @@
+"""The language-aware base: ids reach every layer, per sentence, in training and decoding."""
+
+import pytest
+import torch
+from fairseq.models.transformer import TransformerModel
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_langshare.modules.routing import MissingLanguageIds
+from language_probe_model import build_probe
+from tiny_corpus import build_task_and_model
+
+
+@pytest.fixture(scope="module", params=["o2m", "m2m"])
+def setup(corpus, request):
+    # m2m adds xx-yy (valid data only) so batches also mix source languages
+    pairs = ["en-xx", "en-yy"] + (["xx-yy"] if request.param == "m2m" else [])
+    task, model, args = build_task_and_model(corpus, extra=["--dropout", "0.0"], pairs=pairs)
+    task.load_dataset("valid")
+    probe = build_probe(task, args).eval()
+    return task, model.eval(), probe, args
+
+
+def collate(task, indices):
+    ds = task.dataset("valid")
+    return ds.collater([ds[i] for i in indices])
+
+
+def mixed_indices(task):
+    """Interleaved rows from every direction of the (concatenated) valid set."""
+    starts = [0] + list(task.dataset("valid").cumulative_sizes[:-1])
+    return [start + k for k in range(3) for start in starts]
+
+
+def test_batches_carry_per_sentence_ids_in_row_order(setup):
+    task, *_ = setup
+    batch = collate(task, mixed_indices(task))
+    d = task.source_dictionary
+    for row in range(batch["target"].size(0)):
+        # the toy languages mark every word with their code: read the language off the tokens
+        tgt_word = d[batch["target"][row, 0]]
+        src_word = d[batch["net_input"]["src_tokens"][row, -2]]  # left-padded, ends with eos
+        assert batch["net_input"]["tgt_lang_id"][row] == task.inventory.id(tgt_word[-2:])
+        src = src_word[-2:] if src_word[-2:] in ("xx", "yy") else "en"
+        assert batch["net_input"]["src_lang_id"][row] == task.inventory.id(src)
+    assert len(set(batch["net_input"]["tgt_lang_id"].tolist())) == 2
+
+
+def test_same_weights_same_outputs_as_fairseq_transformer(setup):
+    task, model, _, args = setup
+    plain = TransformerModel.build_model(args, task).eval()
+    state = {k: v for k, v in model.state_dict().items() if k != "lang_inventory"}
+    plain.load_state_dict(state)
+    batch = collate(task, mixed_indices(task))
+    net_input = dict(batch["net_input"])
+    ours = model(**net_input)[0]
+    for key in ("src_lang_id", "tgt_lang_id"):
+        net_input.pop(key)
+    theirs = plain(**net_input)[0]
+    torch.testing.assert_close(ours, theirs)
+
+
+def _logits(model, batch):
+    return model(**batch["net_input"])[0]
+
+
+def row_keys(task, batch):
+    """Identify rows by their source tokens and target language (ids repeat across directions)."""
+    pad = task.source_dictionary.pad()
+    ni = batch["net_input"]
+    return [(tuple(t[t.ne(pad)].tolist()), int(l)) for t, l in zip(ni["src_tokens"], ni["tgt_lang_id"])]
+
+
+def test_mixed_batch_equals_each_sentence_alone(setup):
+    task, _, probe, _ = setup
+    batch = collate(task, mixed_indices(task))
+    mixed = dict(zip(row_keys(task, batch), _logits(probe, batch)))
+    for i in mixed_indices(task):
+        alone = collate(task, [i])
+        n = alone["target"].size(1)
+        torch.testing.assert_close(mixed[row_keys(task, alone)[0]][:n], _logits(probe, alone)[0], atol=1e-5, rtol=1e-4)
+
+
+def test_language_ids_change_the_probe_output(setup):
+    """Guards the test above: routing to the wrong language would change the output."""
+    task, _, probe, _ = setup
+    batch = collate(task, [0])
+    swapped = {**batch, "net_input": dict(batch["net_input"])}
+    swapped["net_input"]["tgt_lang_id"] = torch.full_like(batch["net_input"]["tgt_lang_id"], task.inventory.id("yy"))
+    assert not torch.allclose(_logits(probe, batch), _logits(probe, swapped))
+
+
+def test_missing_ids_are_a_clear_error(setup):
+    task, _, probe, _ = setup
+    batch = collate(task, [0, 1])
+    net_input = {k: v for k, v in batch["net_input"].items() if not k.endswith("lang_id")}
+    with pytest.raises(MissingLanguageIds, match="multilingual_langshare"):
+        probe(**net_input)
+
+
+def test_encoder_out_carries_and_reorders_ids(setup):
+    task, _, probe, _ = setup
+    batch = collate(task, mixed_indices(task))
+    ni = batch["net_input"]
+    enc = probe.encoder(ni["src_tokens"], ni["src_lengths"], src_lang_id=ni["src_lang_id"], tgt_lang_id=ni["tgt_lang_id"])
+    assert torch.equal(enc["tgt_lang_id"][0], ni["tgt_lang_id"])
+    order = torch.tensor([5, 5, 0, 2])
+    re = probe.encoder.reorder_encoder_out(enc, order)
+    assert torch.equal(re["tgt_lang_id"][0], ni["tgt_lang_id"][order])
+    assert torch.equal(re["src_lang_id"][0], ni["src_lang_id"][order])
+
+
+def test_incremental_decoding_equals_full_decoding(setup):
+    task, _, probe, _ = setup
+    batch = collate(task, mixed_indices(task))
+    ni = batch["net_input"]
+    enc = probe.encoder(ni["src_tokens"], ni["src_lengths"], src_lang_id=ni["src_lang_id"], tgt_lang_id=ni["tgt_lang_id"])
+    prev = ni["prev_output_tokens"]
+    full = probe.decoder(prev, encoder_out=enc)[0]
+    state = {}
+    steps = [probe.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0] for t in range(prev.size(1))]
+    real = prev.ne(task.target_dictionary.pad())  # full decoding masks padded positions
+    torch.testing.assert_close(torch.cat(steps, dim=1)[real], full[real], atol=1e-5, rtol=1e-4)
+
+
+def test_beam_search_keeps_each_hypothesis_language(setup):
+    task, _, probe, _ = setup
+    generator = SequenceGenerator([probe], task.target_dictionary, beam_size=3, max_len_b=12)
+    batch = collate(task, mixed_indices(task))
+    mixed = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), generator.generate([probe], batch))}
+    for i in mixed_indices(task):
+        alone = collate(task, [i])
+        assert generator.generate([probe], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]

@@ -1,0 +1,79 @@
+import pytest
+import torch
+
+from fairseq_langshare.modules.routing import LanguageIds, MissingLanguageIds, route_by_language
+
+
+def per_language_affine(num_langs, dim, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    weights = torch.randn(num_langs, dim, dim, generator=g)
+    return weights
+
+
+def test_routes_every_row_through_its_own_language():
+    T, B, C, L = 5, 7, 4, 6
+    x = torch.randn(T, B, C)
+    lang = torch.tensor([3, 0, 3, 5, 0, 3, 1])
+    W = per_language_affine(L, C)
+    y = route_by_language(x, lang, lambda l, xl, _: xl @ W[l])
+    expected = torch.stack([x[:, b] @ W[lang[b]] for b in range(B)], dim=1)
+    torch.testing.assert_close(y, expected)
+
+
+def test_one_call_per_language_present_whatever_the_inventory():
+    x = torch.randn(3, 6, 2)
+    lang = torch.tensor([900, 2, 900, 2, 2, 41])  # ids from a large inventory
+    calls = []
+
+    def fn(l, xl, mask):
+        calls.append((l, xl.size(1)))
+        return xl * (l + 1)
+
+    y = route_by_language(x, lang, fn)
+    assert sorted(calls) == [(2, 3), (41, 1), (900, 2)]
+    torch.testing.assert_close(y, x * (lang + 1).view(1, -1, 1).float())
+
+
+def test_padding_mask_rows_follow_their_sentences():
+    T, B = 4, 5
+    x = torch.randn(T, B, 3)
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    mask[1, :2] = True
+    mask[4, :3] = True
+    lang = torch.tensor([1, 0, 1, 0, 1])
+
+    def masked_mean(_, xl, ml):
+        keep = (~ml).t().unsqueeze(-1).float()
+        return ((xl * keep).sum(0) / keep.sum(0)).unsqueeze(0)
+
+    y = route_by_language(x, lang, masked_mean, padding_mask=mask)
+    for b in range(B):
+        keep = ~mask[b]
+        torch.testing.assert_close(y[0, b], x[keep, b].mean(0))
+
+
+def test_output_dimension_may_change_and_gradients_flow_only_to_present_languages():
+    x = torch.randn(2, 4, 3)
+    lang = torch.tensor([0, 2, 0, 2])
+    W = torch.nn.Parameter(torch.randn(4, 3, 5))
+    y = route_by_language(x, lang, lambda l, xl, _: xl @ W[l])
+    assert y.shape == (2, 4, 5)
+    y.sum().backward()
+    assert W.grad[1].abs().sum() == 0 and W.grad[3].abs().sum() == 0
+    assert W.grad[0].abs().sum() > 0 and W.grad[2].abs().sum() > 0
+
+
+def test_shape_mismatch_is_a_clear_error():
+    with pytest.raises(ValueError, match="lang_ids must have shape"):
+        route_by_language(torch.randn(2, 3, 4), torch.tensor([0, 1]), lambda l, x, m: x)
+
+
+def test_language_ids_are_bound_for_one_call_only():
+    ids = LanguageIds()
+    src = torch.tensor([1, 2])
+    with ids.bind(src=src, tgt=None):
+        assert ids.get("src") is src
+        with pytest.raises(MissingLanguageIds, match="multilingual_langshare"):
+            ids.get("tgt")
+    with pytest.raises(MissingLanguageIds):
+        ids.get("src")
