@@ -419,6 +419,8 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
                 raise EvaluationError(why)
     for d in skipped:
         logger.warning("skipping %s: %s", d, skipped[d])
+    if baseline_results is not None:  # fail before decoding, not after
+        _win_stats({"directions": {d: {"bleu": 0.0} for d in directions}}, baseline_results, "bleu")
 
     sizes = {d: corpus.train_size(*d.split("-")) if d in trained else None for d in directions}
     groups = resource_groups(sizes, high_threshold, low_threshold)

@@ -4,8 +4,9 @@ Ids index every per-language parameter of a model, so the inventory travels with
 weights: the model stores it as an int64 buffer (``lang_inventory``, the UTF-8 bytes of the
 comma-joined codes; integers survive fairseq's checkpoint averaging). When a checkpoint is
 loaded, the task's ``--langs`` is compared with the stored inventory by code: the same set in
-another order is re-mapped (the task then emits the checkpoint's ids), anything else is
-refused with a message that says which ``--langs`` to pass. A sentence is never routed
+another order is re-mapped (the task then emits the checkpoint's ids) unless language tokens
+are in use (fairseq numbers them in ``--langs`` order, so their embeddings would be misread);
+anything else is refused with a message that says which ``--langs`` to pass. A sentence is never routed
 through another language's weights.
 """
 
@@ -35,7 +36,10 @@ def decode_inventory(tensor: torch.Tensor) -> List[str]:
 class LanguageInventory:
     """Code <-> id mapping shared by the task (which emits ids) and the model (which stores it)."""
 
-    def __init__(self, langs: Sequence[str]):
+    def __init__(self, langs: Sequence[str], order_fixed_by: str = ""):
+        """``order_fixed_by``: why the order itself matters beyond the ids (e.g. the task adds
+        language tokens to the dictionary in ``--langs`` order); then a reorder is refused."""
+        self.order_fixed_by = order_fixed_by
         langs = list(langs)
         dupes = sorted({c for c in langs if langs.count(c) > 1})
         if dupes:
@@ -65,6 +69,11 @@ class LanguageInventory:
         stored = list(stored)
         if stored == self.langs:
             return
+        if sorted(stored) == sorted(self.langs) and self.order_fixed_by:
+            raise LanguageInventoryMismatch(
+                f"the {where} was trained with --langs {','.join(stored)} but this run orders them "
+                f"{','.join(self.langs)}, and {self.order_fixed_by}; pass --langs {','.join(stored)}"
+            )
         if sorted(stored) == sorted(self.langs):
             logger.warning(
                 "--langs order %s differs from the %s inventory %s: re-mapping language ids by code",

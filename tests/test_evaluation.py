@@ -195,63 +195,151 @@ _LANGS = {  # deterministic word-by-word substitutions of English
 }
 
 
-def _build_tiny_corpus(root, sizes=None, seed=0):
-    """A hand-made corpus directory laid out like ``prepare_gettext``'s, with en-xx and en-yy."""
+def _build_tiny_corpus(root, train_sizes=None, n_eval=40, seed=0):
+    """A hand-made corpus directory laid out like ``prepare_gettext``'s: en-xx and en-yy with
+    train/valid/test, plus a multi-way xx-yy test set (a zero-shot direction)."""
     import sentencepiece as spm
     from fairseq import options
     from fairseq_cli import preprocess
 
-    sizes = sizes or {"train": 400, "valid": 30, "test": 40}
+    train_sizes = train_sizes or {"xx": 400, "yy": 300}
     rng = random.Random(seed)
     raw, tok, bin_dir = root / "raw", root / "tok", root / "bin"
     for d in (raw, tok, bin_dir):
         d.mkdir(parents=True)
-    seen, counts = set(), {split: {} for split in sizes}
-    for lang in _LANGS:
+    seen = set()
+
+    def english(n):  # fresh sentences: none occurs in two splits or pairs
+        out = []
+        while len(out) < n:
+            s = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 7)))
+            if s not in seen:
+                seen.add(s)
+                out.append(s)
+        return out
+
+    def write(split, src, tgt, en):
+        for lang in (src, tgt):
+            text = en if lang == "en" else [" ".join(_LANGS[lang](w) for w in s.split()) for s in en]
+            (raw / f"{split}.{src}-{tgt}.{lang}").write_text("\n".join(text) + "\n")
+
+    counts = {"train": {}, "valid": {}, "test": {}}
+    splits = {}
+    for lang, n_train in train_sizes.items():
+        splits[f"en-{lang}"] = {"train": n_train, "valid": n_eval, "test": n_eval}
+    splits["xx-yy"] = {"test": n_eval}
+    for pair, sizes in splits.items():
         for split, n in sizes.items():
-            en = []
-            while len(en) < n:
-                s = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 7)))
-                if s not in seen:  # no English sentence in two splits or pairs
-                    seen.add(s)
-                    en.append(s)
-            (raw / f"{split}.en-{lang}.en").write_text("\n".join(en) + "\n")
-            (raw / f"{split}.en-{lang}.{lang}").write_text(
-                "\n".join(" ".join(_LANGS[lang](w) for w in s.split()) for s in en) + "\n")
-            counts[split][f"en-{lang}"] = n
-    train_text = [str(p) for p in sorted(raw.glob("train.*"))]
-    spm.SentencePieceTrainer.train(input=",".join(train_text), model_prefix=str(root / "spm"), vocab_size=150,
-                                   hard_vocab_limit=False, model_type="bpe", minloglevel=2)
+            write(split, *pair.split("-"), english(n))
+            counts[split][pair] = n
+    spm.SentencePieceTrainer.train(input=",".join(str(p) for p in sorted(raw.glob("train.*"))),
+                                   model_prefix=str(root / "spm"), vocab_size=150, hard_vocab_limit=False,
+                                   model_type="bpe", minloglevel=2)
     sp = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
     for path in raw.iterdir():
         lines = path.read_text().splitlines()
         (tok / path.name).write_text("\n".join(" ".join(sp.encode(l, out_type=str)) for l in lines) + "\n")
     vocab = [l.split("\t")[0] for l in (root / "spm.vocab").read_text().splitlines()[3:]]
     (root / "dict.txt").write_text("".join(f"{p} 1\n" for p in vocab))
-    for lang in _LANGS:
-        argv = ["--source-lang", "en", "--target-lang", lang, "--destdir", str(bin_dir),
+    for pair, sizes in splits.items():
+        src, tgt = pair.split("-")
+        argv = ["--source-lang", src, "--target-lang", tgt, "--destdir", str(bin_dir),
                 "--srcdict", str(root / "dict.txt"), "--tgtdict", str(root / "dict.txt"), "--workers", "1"]
         for split in sizes:
-            argv += [f"--{split}pref", str(tok / f"{split}.en-{lang}")]
+            argv += [f"--{split}pref", str(tok / f"{split}.{pair}")]
         preprocess.main(options.get_preprocessing_parser().parse_args(argv))
-    manifest = {"pivot": "en", "languages": list(_LANGS), "langs": ["en", *_LANGS],
-                "lang_pairs": [f"en-{l}" for l in _LANGS], "counts": counts,
-                "train_pairs_per_language": {l: sizes["train"] for l in _LANGS},
-                "spm_model": "spm.model", "data_bin": "bin"}
+    for lang in ("en", *_LANGS):
+        (bin_dir / f"dict.{lang}.txt").write_text((root / "dict.txt").read_text())
+    manifest = {"pivot": "en", "languages": list(train_sizes), "langs": ["en", *train_sizes],
+                "lang_pairs": [f"en-{l}" for l in train_sizes], "counts": counts,
+                "train_pairs_per_language": dict(train_sizes), "spm_model": "spm.model", "data_bin": "bin"}
     (root / "manifest.json").write_text(json.dumps(manifest))
     return root
 
 
-def _train(corpus, save_dir, task, arch, max_update=300, extra=()):
+def _train(corpus, save_dir, max_update=300, arch="langshare_transformer_tiny", extra=()):
     from fairseq import options
     from fairseq_cli import train
 
-    argv = [str(corpus / "bin"), "--task", task, "--user-dir", PKG_DIR, "--arch", arch,
+    argv = [str(corpus / "bin"), "--task", "multilingual_langshare", "--user-dir", PKG_DIR, "--arch", arch,
             "--langs", "en,xx,yy", "--lang-pairs", "en-xx,en-yy", "--encoder-langtok", "tgt",
             "--share-all-embeddings", "--optimizer", "adam", "--lr", "0.005", "--lr-scheduler", "inverse_sqrt",
-            "--warmup-updates", "40", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--warmup-updates", "40", "--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
             "--dropout", "0.0", "--max-tokens", "1000", "--max-update", str(max_update), "--cpu", "--seed", "1",
             "--save-dir", str(save_dir), "--no-epoch-checkpoints", "--disable-validation",
             "--log-format", "json", "--log-interval", "50", "--num-workers", "0", *extra]
     train.main(options.parse_args_and_arch(options.get_training_parser(), input_args=argv))
     return save_dir / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="module")
+def trained_spm_corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval-e2e")
+    corpus = _build_tiny_corpus(root / "corpus")
+    return corpus, _train(corpus, root / "checkpoints", max_update=300)
+
+
+@pytest.mark.slow
+def test_evaluate_end_to_end(trained_spm_corpus, tmp_path, no_spm_models):
+    corpus, checkpoint = trained_spm_corpus
+    res = evaluate(str(checkpoint), str(corpus), directions=None, beam=2, high_threshold=400, low_threshold=350,
+                   out_json=str(tmp_path / "r.json"), out_md=str(tmp_path / "r.md"))
+    # default directions: the trained ones with test data; xx-yy is zero-shot, so not by default
+    assert list(res["directions"]) == ["en-xx", "en-yy"]
+    for d, row in res["directions"].items():
+        assert row["n"] == 40 and row["n_untranslated"] == 0 and row["supervised"]
+        # a broken pipeline (hypotheses out of order, wrong target language, pieces left in,
+        # wrong references) scores near 0 BLEU here
+        assert row["bleu"] > 15 and row["chrf"] > 50, (d, row["bleu"], row["chrf"])
+        assert row["spbleu"] is None
+    assert res["directions"]["en-xx"]["group"] == "high" and res["directions"]["en-xx"]["train_size"] == 400
+    assert res["directions"]["en-yy"]["group"] == "low" and res["directions"]["en-yy"]["train_size"] == 300
+    assert set(res["averages"]) == {"high", "low", "all"}
+    assert res["averages"]["all"]["bleu"] == pytest.approx(
+        (res["directions"]["en-xx"]["bleu"] + res["directions"]["en-yy"]["bleu"]) / 2)
+    assert res["signatures"]["bleu"][0].startswith("nrefs:1|") and "never downloads" in res["spbleu_note"]
+    assert json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(res))
+    md = (tmp_path / "r.md").read_text()
+    assert "| en-xx | 400 | high |" in md and "| en-yy | 300 | low |" in md and "High (>= 400)" in md
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+    # zero-shot listed explicitly; win ratio against the first run (identical decoding: ties, no wins)
+    again = evaluate(str(checkpoint), str(corpus), directions="en-xx,xx-yy", beam=2, baseline=str(tmp_path / "r.json"))
+    assert again["directions"]["xx-yy"]["group"] == "zero-shot"
+    assert not again["directions"]["xx-yy"]["supervised"] and again["directions"]["xx-yy"]["n"] == 40
+    assert again["directions"]["en-xx"]["bleu"] == pytest.approx(res["directions"]["en-xx"]["bleu"])
+    assert again["win_ratio"]["value"] == 0.0 and again["win_ratio"]["directions"] == 1
+
+
+@pytest.mark.slow
+def test_evaluate_cli_and_errors(trained_spm_corpus, tmp_path, capsys):
+    corpus, checkpoint = trained_spm_corpus
+    parser = argparse.ArgumentParser(prog="langshare")
+    add_subcommand(parser.add_subparsers())
+
+    def run(*argv):
+        args = parser.parse_args(["evaluate", str(checkpoint), str(corpus), *argv])
+        return args.func(args)
+
+    baseline = tmp_path / "base.json"
+    base = {"directions": {"en-yy": {"bleu": 0.5}, "en-xx": {"bleu": 99.0}, "xx-en": {"bleu": 1.0}}}
+    baseline.write_text(json.dumps(base))
+    res = run("--directions", "en-yy", "--beam", "1", "--baseline", str(baseline), "--generate-args=--nbest 1")
+    out = capsys.readouterr().out
+    assert "| en-yy | 300 | low |" in out and "Win ratio" in out and "(1/1 directions)" in out
+    assert res["win_ratio"]["value"] == 1.0
+
+    errors = {
+        ("--directions", "xx-en,en-zz"): "language 'zz' is not in the checkpoint's --langs en,xx,yy",
+        ("--directions", "xx-yy", "--split", "valid"): "no valid data for direction xx-yy: expected .*valid.xx-yy.xx.idx",
+        ("--directions", "en-xx", "--split", "dev"): "expected .*/bin/dev.en-xx.en.idx",
+        ("--directions", "enxx"): "write directions as SRC-TGT",
+        ("--directions", "xx-yy", "--baseline", str(baseline)): "shares no direction",
+        ("--low-threshold", "5", "--high-threshold", "4"): "low threshold 5 is above high threshold 4",
+    }
+    for argv, message in errors.items():
+        with pytest.raises(SystemExit) as exc:
+            run(*argv)
+        text = str(exc.value)
+        assert "\n" not in text and text.startswith("langshare evaluate: error: "), text
+        assert __import__("re").search(message, text), text

@@ -51,7 +51,8 @@ def fake_locales(tmp_path_factory):
     ])
     write_mo(root / "xx/LC_MESSAGES/b.mo", [hdr, (b"Open", b"Openb"), (b"Quit", b"Quita")])
     write_mo(root / "sr@latin/LC_MESSAGES/a.mo", [
-        (b"", b"Content-Type: text/plain; charset=ISO-8859-2\n"), (b"Open", "Otvori\u0107".encode("iso-8859-2"))])
+        (b"", b"Content-Type: text/plain; charset=ISO-8859-2\n"),
+        (b"Open", "Otvori\u0107".encode("iso-8859-2"))])
     write_mo(root / "en_GB/LC_MESSAGES/a.mo", [hdr, (b"Color", b"Colour")])
     return str(root)
 
@@ -74,7 +75,7 @@ def test_cli_list_and_help(fake_locales, capsys):
     assert args.func(args) == 0
     assert capsys.readouterr().out.splitlines() == ["xx\t4"]
     sub = parser._subparsers._group_actions[0].choices["prepare-gettext"]
-    flags = {o for a in sub._actions for o in a.option_strings if a.help and a.help != "==SUPPRESS=="}
+    flags = {o for a in sub._actions for o in a.option_strings if a.help}
     for flag in ("--out", "--langs", "--num-langs", "--selection", "--direction", "--vocab-size",
                  "--valid-size", "--test-size", "--max-train-per-lang", "--min-pairs",
                  "--locale-dir", "--workers", "--force", "--list"):
@@ -164,7 +165,8 @@ def test_no_english_heldout_sentence_in_training(built):
     for pair in m["lang_pairs"]:
         train |= set(lines(f"{out}/raw/train.{pair}.en"))
     for pair in m["lang_pairs"]:
-        valid, test = set(lines(f"{out}/raw/valid.{pair}.en")), set(lines(f"{out}/raw/test.{pair}.en"))
+        valid = set(lines(f"{out}/raw/valid.{pair}.en"))
+        test = set(lines(f"{out}/raw/test.{pair}.en"))
         assert valid and test
         assert not valid & train and not test & train and not valid & test
         # aligned: each held-out pair is a real catalogue pair of that language

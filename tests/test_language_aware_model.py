@@ -130,3 +130,22 @@ def test_beam_search_keeps_each_hypothesis_language(setup):
     for i in mixed_indices(task):
         alone = collate(task, [i])
         assert generator.generate([probe], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
+
+
+def test_reordered_langs_route_by_code_after_loading(corpus):
+    """Without language tokens, a checkpoint loads under a reordered --langs and every
+    sentence still goes through its own language's weights."""
+    task_a, _, args_a = build_task_and_model(corpus, extra=["--dropout", "0.0"], langtok=False)
+    probe_a = build_probe(task_a, args_a).eval()
+    task_b, _, args_b = build_task_and_model(corpus, extra=["--dropout", "0.0"], langtok=False,
+                                             langs=["yy", "xx", "en"], seed=7)
+    probe_b = build_probe(task_b, args_b).eval()
+    assert task_b.inventory.id("yy") == 0
+    probe_b.load_state_dict(probe_a.state_dict())
+    assert task_b.inventory.id("yy") == 2 and probe_b.langs == ["en", "xx", "yy"]
+    for task in (task_a, task_b):
+        task.load_dataset("valid")
+    indices = mixed_indices(task_a)
+    batch_a, batch_b = collate(task_a, indices), collate(task_b, indices)
+    assert torch.equal(batch_a["net_input"]["tgt_lang_id"], batch_b["net_input"]["tgt_lang_id"])
+    torch.testing.assert_close(_logits(probe_b, batch_b), _logits(probe_a, batch_a))

@@ -77,3 +77,20 @@ def test_language_ids_are_bound_for_one_call_only():
             ids.get("tgt")
     with pytest.raises(MissingLanguageIds):
         ids.get("src")
+
+
+def test_inventory_remaps_a_reorder_by_code_and_refuses_other_sets():
+    from fairseq_langshare.languages import LanguageInventory, LanguageInventoryMismatch
+
+    inv = LanguageInventory(["yy", "en", "xx"])
+    inv.adopt(["en", "xx", "yy"])
+    assert [inv.id(c) for c in ("en", "xx", "yy")] == [0, 1, 2]
+    with pytest.raises(LanguageInventoryMismatch, match="pass --langs en,xx,yy,zz"):
+        inv.adopt(["en", "xx", "yy", "zz"])
+    fixed = LanguageInventory(["yy", "en", "xx"], order_fixed_by="tokens are numbered in order")
+    with pytest.raises(LanguageInventoryMismatch, match="tokens are numbered in order; pass --langs en,xx,yy"):
+        fixed.adopt(["en", "xx", "yy"])
+    with pytest.raises(KeyError, match="unknown language 'zz'"):
+        inv.id("zz")
+    with pytest.raises(ValueError, match="more than once"):
+        LanguageInventory(["en", "en"])

@@ -72,10 +72,10 @@ def make_corpus(root: Path, pairs=("en-xx", "en-yy"), extra_test_pairs=(), n_tra
     return {"root": root, "bin": bin_dir, "raw": raw, "langs": langs, "pairs": list(pairs)}
 
 
-def task_args(corpus, langs=None, pairs=None):
+def task_args(corpus, langs=None, pairs=None, langtok=True):
     return [str(corpus["bin"]), "--task", "multilingual_langshare", "--user-dir", PKG_DIR,
-            "--langs", ",".join(langs or corpus["langs"]), "--lang-pairs", ",".join(pairs or corpus["pairs"]),
-            "--encoder-langtok", "tgt"]
+            "--langs", ",".join(langs or corpus["langs"]), "--lang-pairs", ",".join(pairs or corpus["pairs"])
+            ] + (["--encoder-langtok", "tgt"] if langtok else [])
 
 
 def train(argv):
@@ -132,14 +132,15 @@ class _JsonCollector(logging.Handler):
                 pass
 
 
-def build_task_and_model(corpus, arch="langshare_transformer_tiny", extra=(), langs=None, pairs=None, seed=1):
+def build_task_and_model(corpus, arch="langshare_transformer_tiny", extra=(), langs=None, pairs=None, seed=1,
+                         langtok=True):
     """Set up the task and a freshly initialised model exactly as fairseq-train would."""
     import torch
     from fairseq import options, tasks
 
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(
-        parser, task_args(corpus, langs, pairs) + ["--arch", arch, "--cpu", *extra]
+        parser, task_args(corpus, langs, pairs, langtok) + ["--arch", arch, "--cpu", *extra]
     )
     torch.manual_seed(seed)
     task = tasks.setup_task(args)

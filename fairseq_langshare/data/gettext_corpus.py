@@ -6,7 +6,6 @@ any training direction, trains a joint SentencePiece model and binarizes with fa
 Layout of the output directory: see ``prepare_gettext``.
 """
 
-import argparse
 import codecs
 import collections
 import hashlib
@@ -42,9 +41,8 @@ def read_mo(path):
     message contexts stripped."""
     with open(path, "rb") as f:
         data = f.read()
-    magic = struct.unpack("<I", data[:4])[0]
-    endian = {0x950412DE: "<", 0xDE120495: ">"}.get(magic)
-    if endian is None:
+    endian = {b"\xde\x12\x04\x95": "<", b"\x95\x04\x12\xde": ">"}.get(data[:4])
+    if endian is None or len(data) < 28:
         return []
     _, n, oo, to = struct.unpack(endian + "4I", data[4:20])
     raw = []
@@ -84,6 +82,7 @@ def lang_code(dirname):
 
 
 def is_english(dirname):
+    """True for the pivot: `en`, `en_GB`, `en@quot`, ..."""
     return dirname == PIVOT or dirname.startswith((PIVOT + "_", PIVOT + "@"))
 
 
@@ -197,7 +196,7 @@ def _write_lines(path, lines):
             f.write(line + "\n")
 
 
-def train_spm(tmp, splits, vocab_size, workers):
+def train_spm(tmp, splits, vocab_size):
     """Joint unigram model on capped per-language training text (English counted once)."""
     import sentencepiece as spm
 
@@ -211,13 +210,14 @@ def train_spm(tmp, splits, vocab_size, workers):
     text = english[:SPM_LINES_PER_LANG]
     for s in splits.values():
         text += [xx for _, xx in s["train"][:SPM_LINES_PER_LANG]]
+    tqdm.write(f"training SentencePiece (unigram, {vocab_size} pieces) on {len(text)} lines")
     model = io.BytesIO()  # in memory: a file-based run records its (temporary) paths in the model
     spm.set_random_generator_seed(1)
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(text), model_writer=model, vocab_size=vocab_size,
         model_type="unigram", character_coverage=0.9995, hard_vocab_limit=False,
-        input_sentence_size=0, shuffle_input_sentence=False, num_threads=max(1, workers),
-        minloglevel=2)
+        input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
+        num_threads=1)  # the model depends on the thread count; one thread keeps it fixed
     with open(os.path.join(tmp, "spm.model"), "wb") as f:
         f.write(model.getvalue())
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
@@ -268,21 +268,21 @@ def _sha256(path):
 def _config(langs, num_langs, selection, direction, vocab_size, valid_size, test_size,
             max_train_per_lang, min_pairs, locale_dir):
     if isinstance(langs, str):
-        langs = [c for c in langs.split(",") if c]
+        langs = langs.split(",")
+    if langs is not None:
+        langs = [lang_code(c.strip()) for c in langs if c.strip()]
     if langs is not None and num_langs is not None:
         raise ValueError("pass either --langs or --num-langs, not both")
     if selection not in SELECTIONS:
         raise ValueError(f"unknown selection '{selection}': choose one of {', '.join(SELECTIONS)}")
     if direction not in DIRECTIONS:
         raise ValueError(f"unknown direction '{direction}': choose one of {', '.join(DIRECTIONS)}")
-    for name, v in [("num_langs", num_langs), ("max_train_per_lang", max_train_per_lang)]:
-        if v is not None and v < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
-    for name, v in [("valid_size", valid_size), ("test_size", test_size),
-                    ("min_pairs", min_pairs), ("vocab_size", vocab_size - 1)]:
-        if v < 0:
-            raise ValueError(f"--{name.replace('_', '-')} is out of range, got {v}")
-    return dict(langs=list(langs) if langs is not None else None, num_langs=num_langs,
+    for name, v, low in [("num_langs", num_langs, 1), ("max_train_per_lang", max_train_per_lang, 1),
+                         ("vocab_size", vocab_size, 16), ("valid_size", valid_size, 0),
+                         ("test_size", test_size, 0), ("min_pairs", min_pairs, 1)]:
+        if v is not None and v < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {v}")
+    return dict(langs=langs, num_langs=num_langs,
                 selection=selection, direction=direction, vocab_size=vocab_size,
                 valid_size=valid_size, test_size=test_size,
                 max_train_per_lang=max_train_per_lang, min_pairs=min_pairs,
@@ -296,7 +296,8 @@ def _resolve_languages(cfg, workers):
     if cfg["langs"] is None:
         sizes = list_languages(locale_dir, min_pairs, workers)
         if not sizes:
-            raise ValueError(f"no language in {locale_dir} has {min_pairs} pairs; lower --min-pairs")
+            raise ValueError(f"no language in {locale_dir} has {min_pairs} pairs; "
+                             "lower --min-pairs")
         codes = select(sizes, cfg["num_langs"] or len(sizes), cfg["selection"])
     else:
         codes = cfg["langs"]
@@ -316,8 +317,8 @@ def _resolve_languages(cfg, workers):
     for c, (pairs, _) in loaded.items():
         if len(pairs) < min_pairs:
             raise ValueError(
-                f"unknown language '{c}': only {len(pairs)} pairs in {locale_dir} (fewer than "
-                f"{min_pairs}, see --min-pairs); run `langshare prepare-gettext --list` to see "
+                f"language '{c}' has only {len(pairs)} pairs in {locale_dir} (fewer than "
+                f"--min-pairs {min_pairs}); run `langshare prepare-gettext --list` to see "
                 "eligible codes")
     return dict(sorted(loaded.items(), key=lambda kv: (-len(kv[1][0]), kv[0])))
 
@@ -376,7 +377,7 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
                 counts[split][pair] = len(rows)
                 present[pair][split] = bool(rows)
 
-        sp = train_spm(tmp, splits, vocab_size, workers)
+        sp = train_spm(tmp, splits, vocab_size)
         freq = collections.Counter()
         for pair in tqdm(lang_pairs, desc="encoding", unit="direction"):
             for split in SPLITS:
@@ -435,25 +436,33 @@ def add_subcommand(subparsers):
     """Register ``prepare-gettext`` on an argparse subparsers object."""
     p = subparsers.add_parser(
         "prepare-gettext", help="build the offline English-centric corpus from gettext catalogues",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        description=__doc__.split("\n\n")[0] + " Held out: 10% of the English strings (sha1 "
+        "buckets), never in any training direction. Re-running with the same flags is a no-op.")
     p.add_argument("--out", help="output directory (required unless --list)")
-    p.add_argument("--langs", help="comma-separated language codes, e.g. fr,de,sr_latin")
-    p.add_argument("--num-langs", type=int, help="number of languages to pick by --selection "
-                   "(default with neither --langs nor --num-langs: all eligible languages)")
+    p.add_argument("--langs", help="comma-separated language codes, e.g. fr,de,sr_latin "
+                   "(locale dir name with @ -> _)")
+    p.add_argument("--num-langs", type=int, help="number of languages to pick by --selection; "
+                   "with neither --langs nor --num-langs: all eligible languages")
     p.add_argument("--selection", choices=SELECTIONS, default="largest",
-                   help="with --num-langs: the largest, or evenly spread from high to low resource")
+                   help="with --num-langs: the N largest, or N spread evenly over the size ranks "
+                   "from high to low resource (default: %(default)s)")
     p.add_argument("--direction", choices=DIRECTIONS, default="o2m",
-                   help="o2m: en->xx, m2o: xx->en, both: both")
-    p.add_argument("--vocab-size", type=int, default=8000, help="joint SentencePiece vocabulary size")
-    p.add_argument("--valid-size", type=int, default=200, help="max valid pairs per direction")
-    p.add_argument("--test-size", type=int, default=200, help="max test pairs per direction")
-    p.add_argument("--max-train-per-lang", type=int, help="cap on training pairs per language")
-    p.add_argument("--min-pairs", type=int, default=500,
-                   help="languages with fewer cleaned pairs are not eligible")
-    p.add_argument("--locale-dir", default="/usr/share/locale", help="gettext catalogue root")
+                   help="o2m: en->xx, m2o: xx->en, both: both (default: %(default)s)")
+    p.add_argument("--vocab-size", type=int, default=8000,
+                   help="joint SentencePiece vocabulary size (default: %(default)s)")
+    p.add_argument("--valid-size", type=int, default=200,
+                   help="max valid pairs per direction (default: %(default)s)")
+    p.add_argument("--test-size", type=int, default=200,
+                   help="max test pairs per direction (default: %(default)s)")
+    p.add_argument("--max-train-per-lang", type=int,
+                   help="cap on training pairs per language (default: no cap)")
+    p.add_argument("--min-pairs", type=int, default=500, help="languages with fewer cleaned "
+                   "pairs are not eligible (default: %(default)s)")
+    p.add_argument("--locale-dir", default="/usr/share/locale",
+                   help="gettext catalogue root (default: %(default)s)")
     p.add_argument("--workers", type=int, default=1, help="processes/threads for reading, "
-                   "SentencePiece and binarization")
+                   "encoding and binarization; the output does not depend on it "
+                   "(default: %(default)s)")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--list", action="store_true",
                    help="print the eligible language codes with their pair counts and exit")

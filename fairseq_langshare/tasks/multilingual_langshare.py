@@ -147,7 +147,12 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
 
     def __init__(self, args, langs, dicts, training):
         super().__init__(args, langs, dicts, training)
-        self.inventory = LanguageInventory(langs)
+        uses_langtoks = any(spec for specs in args.langtoks.values() for spec in specs if spec)
+        self.inventory = LanguageInventory(
+            langs,
+            order_fixed_by="language tokens (--encoder-langtok/--decoder-langtok) are numbered in --langs order"
+            if uses_langtoks else "",
+        )
         self.data_manager = LangshareDatasetManager(
             args, self.lang_pairs, langs, dicts, self.sampling_method, self.inventory
         )
@@ -161,6 +166,16 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
         return LanguageTaggedDataset(dataset, self.args.source_lang, self.args.target_lang, self.inventory)
+
+    def get_batch_iterator(self, dataset, *args, required_batch_size_multiple=1, **kwargs):
+        """fairseq 0.12's ``data_utils.batch_by_size`` drops a last batch whose size is not a
+        multiple of ``--required-batch-size-multiple`` (default 8): at generation and
+        validation that silently loses sentences. Only the training split keeps the multiple."""
+        if dataset is not self.datasets.get(getattr(self.args, "train_subset", "train")):
+            required_batch_size_multiple = 1
+        return super().get_batch_iterator(
+            dataset, *args, required_batch_size_multiple=required_batch_size_multiple, **kwargs
+        )
 
     def ensure_lang_ids(self, sample):
         """Give a batch per-sentence ids if its producer did not (``fairseq-interactive``
