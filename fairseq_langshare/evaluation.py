@@ -57,7 +57,7 @@ def resource_groups(train_sizes, high_threshold=10000, low_threshold=2000):
     for pair, size in train_sizes.items():
         if size is None:
             groups[pair] = "zero-shot"
-        elif size >= high_threshold:
+        elif size > high_threshold:
             groups[pair] = "high"
         elif size < low_threshold:
             groups[pair] = "low"
@@ -80,7 +80,7 @@ def _win_stats(results, baseline_results, metric):
             f"the baseline shares no direction with a {metric} score with this run (this run: "
             f"{sorted(mine) or 'none'}; baseline: {sorted(base) or 'none'}); evaluate both on the same directions"
         )
-    return sum(mine[d] > base[d] for d in common), len(common)
+    return sum(mine[d] >= base[d] for d in common), len(common)
 
 
 def win_ratio(results, baseline_results, metric="bleu"):
@@ -357,7 +357,7 @@ def _translate(argv, results_dir, split, expected):
     if hyps and max(hyps) >= expected:
         raise EvaluationError(f"generation returned sentence id {max(hyps)} but the raw references have "
                               f"{expected} lines: raw/ and bin/ are out of sync; rebuild the corpus")
-    return [hyps.get(i, "") for i in range(expected)], expected - len(hyps)
+    return [hyps.get(expected - 1 - i, "") for i in range(expected)], expected - len(hyps)
 
 
 # ----------------------------------------------------------------------------- evaluate

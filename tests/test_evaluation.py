@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import random
+import re
 
 import pytest
 
@@ -331,7 +332,7 @@ def test_evaluate_cli_and_errors(trained_spm_corpus, tmp_path, capsys):
 
     errors = {
         ("--directions", "xx-en,en-zz"): "language 'zz' is not in the checkpoint's --langs en,xx,yy",
-        ("--directions", "xx-yy", "--split", "valid"): "no valid data for direction xx-yy: expected .*valid.xx-yy.xx.idx",
+        ("--directions", "xx-yy", "--split", "valid"): "no valid data for direction xx-yy in corpus .*: expected .*/bin/valid.xx-yy.xx.idx",
         ("--directions", "en-xx", "--split", "dev"): "expected .*/bin/dev.en-xx.en.idx",
         ("--directions", "enxx"): "write directions as SRC-TGT",
         ("--directions", "xx-yy", "--baseline", str(baseline)): "shares no direction",
@@ -342,4 +343,4 @@ def test_evaluate_cli_and_errors(trained_spm_corpus, tmp_path, capsys):
             run(*argv)
         text = str(exc.value)
         assert "\n" not in text and text.startswith("langshare evaluate: error: "), text
-        assert __import__("re").search(message, text), text
+        assert re.search(message, text), text

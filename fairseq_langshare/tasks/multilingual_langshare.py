@@ -110,6 +110,31 @@ def options_as_namespace(cfg) -> argparse.Namespace:
     return argparse.Namespace(**values)
 
 
+def check_dictionaries(args):
+    """Every language must be in the inventory and have its ``dict.<lang>.txt`` (fairseq reads
+    one per language): say which is missing before fairseq fails on it."""
+    if args.source_dict or args.target_dict or not args.data or not args.lang_pairs:
+        return
+    data = args.data.split(":")[0]
+    if args.source_lang or args.target_lang:
+        langs = [args.source_lang, args.target_lang]
+    else:
+        pairs = args.lang_pairs.split(",") if isinstance(args.lang_pairs, str) else args.lang_pairs
+        langs = sorted({lang for pair in pairs for lang in pair.split("-")})
+    for lang in langs:
+        if lang and args.langs and lang not in args.langs:
+            raise ValueError(
+                f"unknown language {lang!r}: it is not in --langs {','.join(args.langs)}; "
+                f"add it to --langs or fix the language pairs / -s -t"
+            )
+        path = os.path.join(data, f"dict.{lang}.txt")
+        if lang and not os.path.exists(path):
+            raise FileNotFoundError(
+                f"no dictionary for language {lang!r}: expected {path}; binarize {lang} data into {data} "
+                f"with the joint dictionary (langshare prepare-gettext does) or drop {lang} from the language pairs"
+            )
+
+
 class LangshareDatasetManager(MultilingualDatasetManager):
     """fairseq's multilingual data manager whose per-direction datasets carry language codes."""
 
@@ -142,6 +167,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         args = options_as_namespace(cfg)
+        check_dictionaries(args)
         langs, dicts, training = MultilingualDatasetManager.prepare(cls.load_dictionary, args, **kwargs)
         return cls(args, langs, dicts, training)
 

@@ -1,0 +1,42 @@
+"""The ``langshare`` command: what fairseq has no verb for.
+
+Subcommands parse their flags and call one library function each:
+``prepare-gettext`` (the offline default corpus), ``evaluate`` (BLEU/chrF tables).
+"""
+
+import argparse
+import logging
+import sys
+
+from .data import gettext_corpus
+from . import evaluation
+
+SUBCOMMANDS = (gettext_corpus, evaluation)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="langshare",
+        description="fairseq_langshare tools: corpus building, evaluation, analysis, export",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for module in SUBCOMMANDS:
+        module.add_subcommand(subparsers)
+    return parser
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        result = args.func(args)
+    except (ValueError, FileNotFoundError, KeyError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"langshare {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

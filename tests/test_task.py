@@ -1,0 +1,69 @@
+"""Task-level behaviour of multilingual_langshare that needs no training."""
+
+import shutil
+
+import pytest
+import torch
+from fairseq import options, tasks
+
+from tiny_corpus import task_args
+
+
+def setup_task(corpus, *extra, langs=None, pairs=None):
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, task_args(corpus, langs, pairs) + ["--arch", "langshare_transformer_tiny", *extra])
+    return tasks.setup_task(args)
+
+
+def test_language_without_dictionary_is_a_one_line_error(corpus):
+    with pytest.raises(FileNotFoundError, match=r"no dictionary for language 'zz': expected .*dict.zz.txt"):
+        setup_task(corpus, langs=["en", "xx", "yy", "zz"], pairs=["en-xx", "en-zz"])
+
+
+def test_pair_without_data_is_a_one_line_error(corpus, tmp_path):
+    data = tmp_path / "bin"
+    shutil.copytree(corpus["bin"], data)
+    shutil.copy(data / "dict.en.txt", data / "dict.zz.txt")
+    task = setup_task({**corpus, "bin": data}, langs=["en", "xx", "yy", "zz"], pairs=["en-xx", "en-zz"])
+    with pytest.raises(FileNotFoundError, match=r"no train data for the pair en-zz .*train.en-zz.en.idx") as err:
+        task.load_dataset("train")
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_language_in_pairs_is_a_clear_error(corpus):
+    with pytest.raises(ValueError, match="unknown language 'zz': it is not in --langs en,xx,yy"):
+        setup_task(corpus, pairs=["en-xx", "en-zz"])
+
+
+def test_training_batches_mix_directions_and_ids_follow_rows(corpus):
+    task = setup_task(corpus, "--sampling-method", "temperature", "--sampling-temperature", "5")
+    task.load_dataset("train")
+    itr = task.get_batch_iterator(task.dataset("train"), max_tokens=300, seed=1).next_epoch_itr(shuffle=True)
+    d = task.source_dictionary
+    mixed = 0
+    for batch in itr:
+        tgt_ids = batch["net_input"]["tgt_lang_id"]
+        assert tgt_ids.shape == batch["id"].shape and tgt_ids.dtype == torch.long
+        for row, lang in enumerate(tgt_ids.tolist()):
+            assert d[batch["target"][row, 0]].endswith(task.inventory.langs[lang])
+        mixed += len(set(tgt_ids.tolist())) > 1
+    assert mixed > 0, "no batch mixed directions"
+
+
+def test_validation_and_generation_batches_keep_every_sentence(corpus):
+    task = setup_task(corpus)
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    itr = task.get_batch_iterator(dataset, max_tokens=1000, required_batch_size_multiple=8).next_epoch_itr(shuffle=False)
+    assert sum(b["id"].numel() for b in itr) == len(dataset)
+
+
+def test_batches_without_ids_get_them_from_the_inference_direction(corpus):
+    """fairseq-interactive builds net_input from tokens only."""
+    parser = options.get_generation_parser()
+    args = options.parse_args_and_arch(parser, task_args(corpus) + ["-s", "en", "-t", "yy"])
+    task = tasks.setup_task(args)
+    sample = {"net_input": {"src_tokens": torch.ones(3, 4, dtype=torch.long), "src_lengths": torch.tensor([4, 4, 4])}}
+    task.ensure_lang_ids(sample)
+    assert sample["net_input"]["src_lang_id"].tolist() == [task.inventory.id("en")] * 3
+    assert sample["net_input"]["tgt_lang_id"].tolist() == [task.inventory.id("yy")] * 3
