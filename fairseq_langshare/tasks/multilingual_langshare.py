@@ -142,18 +142,25 @@ class LangshareDatasetManager(MultilingualDatasetManager):
         super().__init__(args, lang_pairs, langs, dicts, sampling_method)
         self.inventory = inventory
 
+    def get_split_num_data_shards(self, split):
+        """fairseq fails with a bare KeyError on a pair without data: name the pair and the fix."""
+        shards = super().get_split_num_data_shards(split)
+        data_paths, lang_pairs = self.get_data_paths_and_lang_pairs(split)
+        for category, pairs in lang_pairs.items():
+            for pair in pairs:
+                if self.get_dataset_key(category, *pair.split("-")) not in shards:
+                    src, tgt = pair.split("-")
+                    data = data_paths[category].split(":")[0]
+                    raise FileNotFoundError(
+                        f"no {split} data for the pair {pair} in {data} (expected "
+                        f"{split}.{pair}.{src}.idx or {split}.{tgt}-{src}.{src}.idx): binarize that "
+                        f"direction with fairseq-preprocess or remove it from --lang-pairs / -s -t"
+                    )
+        return shards
+
     def load_a_dataset(self, **kwargs):
-        src, tgt, split = kwargs["src"], kwargs["tgt"], kwargs["split"]
-        data_path = kwargs["data_path"]
-        impl = self.args.dataset_impl
-        if not (self.split_exists(split, src, tgt, src, data_path, impl)
-                or self.split_exists(split, tgt, src, src, data_path, impl)):
-            raise FileNotFoundError(
-                f"no {split} data for the pair {src}-{tgt} in {data_path} (expected "
-                f"{split}.{src}-{tgt}.{src}.idx): binarize that direction with fairseq-preprocess "
-                f"or remove it from --lang-pairs / -s -t"
-            )
-        return LanguageTaggedDataset(super().load_a_dataset(**kwargs), src, tgt, self.inventory)
+        dataset = super().load_a_dataset(**kwargs)
+        return LanguageTaggedDataset(dataset, kwargs["src"], kwargs["tgt"], self.inventory)
 
 
 @register_task("multilingual_langshare", dataclass=MultilingualLangshareConfig)
