@@ -57,7 +57,7 @@ def resource_groups(train_sizes, high_threshold=10000, low_threshold=2000):
     for pair, size in train_sizes.items():
         if size is None:
             groups[pair] = "zero-shot"
-        elif size > high_threshold:
+        elif size >= high_threshold:
             groups[pair] = "high"
         elif size < low_threshold:
             groups[pair] = "low"
@@ -80,7 +80,7 @@ def _win_stats(results, baseline_results, metric):
             f"the baseline shares no direction with a {metric} score with this run (this run: "
             f"{sorted(mine) or 'none'}; baseline: {sorted(base) or 'none'}); evaluate both on the same directions"
         )
-    return sum(mine[d] >= base[d] for d in common), len(common)
+    return sum(mine[d] > base[d] for d in common), len(common)
 
 
 def win_ratio(results, baseline_results, metric="bleu"):
@@ -217,8 +217,7 @@ class _Corpus:
         if not os.path.isfile(manifest):
             raise EvaluationError(f"{path} has no manifest.json, so it is not a prepared corpus "
                                   f"(build one with `langshare prepare-gettext`)")
-        with open(manifest, encoding="utf-8") as f:
-            self.manifest = json.load(f)
+        self.manifest = _read_json(manifest, "corpus manifest")
         self.pivot = self.manifest.get("pivot", "en")
         self.bin = os.path.join(self.path, self.manifest.get("data_bin", "bin"))
         self.raw = os.path.join(self.path, "raw")
@@ -256,6 +255,14 @@ class _Corpus:
             if size is not None:
                 return size
         return counts.get(f"{src}-{tgt}", counts.get(f"{tgt}-{src}"))
+
+
+def _read_json(path, what):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except ValueError as e:
+        raise EvaluationError(f"{what} {path} is not valid JSON ({e}); rewrite or regenerate it") from e
 
 
 def _csv(value):
@@ -324,17 +331,23 @@ def _task_flags(task_name, task_cfg):
 
 @contextlib.contextmanager
 def _fairseq_logging():
-    """fairseq-generate calls logging.basicConfig into its results file when the root logger has
-    no handler; give it one (warnings to stderr) so nothing logs into a closed file later."""
+    """Keep fairseq-generate's per-batch INFO logs out of the way (progress is one tqdm bar), and
+    give the root logger a handler so its logging.basicConfig does not log into the results file."""
     root = logging.getLogger()
     handler = None
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setLevel(logging.WARNING)
         root.addHandler(handler)
+    quiet = [logging.getLogger(name) for name in ("fairseq", "fairseq_cli", "hydra")]
+    levels = [lg.level for lg in quiet]
+    for lg in quiet:
+        lg.setLevel(max(lg.getEffectiveLevel(), logging.WARNING))
     try:
         yield
     finally:
+        for lg, level in zip(quiet, levels):
+            lg.setLevel(level)
         if handler is not None:
             root.removeHandler(handler)
 
@@ -345,9 +358,8 @@ def _translate(argv, results_dir, split, expected):
     from fairseq import options
     from fairseq_cli import generate
 
-    args = options.parse_args_and_arch(options.get_generation_parser(), input_args=argv)
     with _fairseq_logging():
-        generate.main(args)
+        generate.main(options.parse_args_and_arch(options.get_generation_parser(), input_args=argv))
     hyps = {}
     with open(os.path.join(results_dir, f"generate-{split}.txt"), encoding="utf-8") as f:
         for line in f:
@@ -357,7 +369,7 @@ def _translate(argv, results_dir, split, expected):
     if hyps and max(hyps) >= expected:
         raise EvaluationError(f"generation returned sentence id {max(hyps)} but the raw references have "
                               f"{expected} lines: raw/ and bin/ are out of sync; rebuild the corpus")
-    return [hyps.get(expected - 1 - i, "") for i in range(expected)], expected - len(hyps)
+    return [hyps.get(i, "") for i in range(expected)], expected - len(hyps)
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -384,8 +396,7 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
     if isinstance(baseline, (str, os.PathLike)):
         if not os.path.isfile(baseline):
             raise EvaluationError(f"baseline results not found: {baseline} (write one with evaluate --out-json)")
-        with open(baseline, encoding="utf-8") as f:
-            baseline_results, baseline_name = json.load(f), str(baseline)
+        baseline_results, baseline_name = _read_json(baseline, "baseline results"), str(baseline)
     else:
         baseline_results, baseline_name = baseline, "given results"
 
@@ -405,7 +416,7 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
             raise EvaluationError(f"no direction the checkpoint was trained on ({','.join(trained)}) has {split} "
                                   f"data in corpus {corpus.path}; pass --directions or another --split")
     else:
-        directions = _csv(directions)
+        directions = list(dict.fromkeys(_csv(directions)))
         for d in directions:
             parts = d.split("-")
             if len(parts) != 2 or not all(parts):
@@ -432,7 +443,8 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
              "--skip-invalid-size-inputs-valid-test", "--no-progress-bar"]
     flags += ["--max-tokens", str(max_tokens)] if max_tokens else []
     flags += ["--batch-size", str(batch_size)] if batch_size else []
-    flags += _task_flags(task_name, task_cfg) + list(generate_args)
+    extra = shlex.split(generate_args) if isinstance(generate_args, str) else list(generate_args)
+    flags += _task_flags(task_name, task_cfg) + extra
 
     rows = {}
     with tempfile.TemporaryDirectory(prefix="langshare-eval-") as tmp, \
@@ -484,7 +496,8 @@ def _run(args):
             out_json=args.out_json, out_md=args.out_md, generate_args=shlex.split(args.generate_args or ""),
         )
     except (EvaluationError, FileNotFoundError) as e:
-        raise SystemExit(f"langshare evaluate: error: {e}")
+        print(f"langshare evaluate: error: {e}", file=sys.stderr)  # one line, exit 2 like `langshare`
+        raise SystemExit(2) from None
     print(to_markdown(results))
     return results
 
@@ -493,14 +506,18 @@ def add_subcommand(subparsers):
     """Register ``langshare evaluate`` on an argparse subparsers object."""
     p = subparsers.add_parser(
         "evaluate", help="translate each direction of a corpus split and score it (BLEU, chrF, spBLEU)",
-        description=__doc__.split("\n\n")[0].strip("`"), formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Translate each direction of a corpus split with fairseq-generate and score it with "
+                    "sacrebleu: BLEU and chrF (with signatures), spBLEU when its flores SentencePiece model is "
+                    "already local (never downloaded); per-direction table, High/Medium/Low/zero-shot and overall "
+                    "averages, win ratio against a baseline; JSON and markdown output.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("checkpoint", help="fairseq checkpoint (.pt) trained with --task multilingual_langshare")
     p.add_argument("corpus", help="corpus directory from `langshare prepare-gettext` (manifest.json, raw/, bin/)")
     p.add_argument("--split", default="test", help="data split to translate and score")
     p.add_argument("--directions", default=None,
-                   help="comma-separated SRC-TGT directions, zero-shot ones included (default: every direction "
-                        "the checkpoint was trained on that has data in the split)")
+                   help="comma-separated SRC-TGT directions, zero-shot ones included; None: every direction "
+                        "the checkpoint was trained on that has data in the split")
     p.add_argument("--beam", type=int, default=4, help="beam size")
     p.add_argument("--lenpen", type=float, default=1.0, help="length penalty")
     p.add_argument("--max-tokens", type=int, default=4000, help="max tokens per generation batch")

@@ -149,14 +149,22 @@ def test_clear_errors(tmp_path, capsys):
         evaluate(str(ck), str(tmp_path))
     with pytest.raises(EvaluationError, match="baseline results not found"):
         evaluate(str(ck), str(tmp_path), baseline=str(tmp_path / "b.json"))
+    (tmp_path / "b.json").write_text("{oops")
+    with pytest.raises(EvaluationError, match="baseline results .*b.json is not valid JSON"):
+        evaluate(str(ck), str(tmp_path), baseline=str(tmp_path / "b.json"))
+    (tmp_path / "manifest.json").write_text("{")
+    with pytest.raises(EvaluationError, match="corpus manifest .*manifest.json is not valid JSON"):
+        evaluate(str(ck), str(tmp_path))
     # the CLI turns them into one line on stderr and a non-zero exit
     parser = argparse.ArgumentParser(prog="langshare")
     add_subcommand(parser.add_subparsers())
     args = parser.parse_args(["evaluate", str(tmp_path / "nope.pt"), str(tmp_path)])
+    capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
         args.func(args)
-    assert str(exc.value).startswith("langshare evaluate: error: checkpoint not found")
-    assert "\n" not in str(exc.value)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("langshare evaluate: error: checkpoint not found")
+    assert err.count("\n") == 1
 
 
 def test_missing_direction_data_names_the_file(tmp_path):
@@ -341,6 +349,7 @@ def test_evaluate_cli_and_errors(trained_spm_corpus, tmp_path, capsys):
     for argv, message in errors.items():
         with pytest.raises(SystemExit) as exc:
             run(*argv)
-        text = str(exc.value)
-        assert "\n" not in text and text.startswith("langshare evaluate: error: "), text
+        text = capsys.readouterr().err.split("evaluate test:")[0]  # tqdm may follow on stderr
+        assert exc.value.code == 2 and text.count("\n") == 1, text
+        assert text.startswith("langshare evaluate: error: "), text
         assert re.search(message, text), text

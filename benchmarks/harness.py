@@ -1,0 +1,336 @@
+"""Two model configurations, one task, one run: training and decoding throughput, peak memory
+and parameter counts, measured in interleaved repetitions (A, B, A, B, ...) after warm-up.
+
+``Benchmark(settings)`` parses both configurations with fairseq's training parser, sets the
+task up once, builds both models (same seed) with a fairseq ``Trainer`` each, and fixes the
+batches: ``--max-tokens`` training batches from the training split and a set of sentences of
+the decode split, decoded one at a time and in large batches. ``Benchmark.run()`` measures and
+returns the JSON-able result (see ``benchmarks.report``). Peak memory is measured in fresh
+subprocesses (``benchmarks.memory``).
+
+Models whose ``forward`` (or encoder ``forward``) takes no ``src_lang_id``/``tgt_lang_id``
+(fairseq's own ``transformer``) get a forward that drops those keys (``adapt_to_lang_ids``):
+the ``multilingual_langshare`` task always puts them into ``net_input``.
+"""
+
+import dataclasses
+import functools
+import gc
+import inspect
+import itertools
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+import fairseq_langshare
+
+logger = logging.getLogger(__name__)
+
+PKG_DIR = os.path.dirname(os.path.abspath(fairseq_langshare.__file__))
+LANG_KEYS = ("src_lang_id", "tgt_lang_id")
+CONFIGS = ("A", "B")
+
+DEFAULT_TASK_ARGS = ("--encoder-langtok", "tgt")
+DEFAULT_TRAIN_ARGS = (
+    "--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+    "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4",
+    "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4000", "--clip-norm", "0.0",
+)
+
+
+@dataclass
+class Settings:
+    """What to compare and how. ``a``/``b`` are plain fairseq-train argument lists."""
+
+    name: str
+    data: str
+    langs: List[str]
+    lang_pairs: List[str]
+    a: List[str]
+    b: List[str]
+    a_label: str = "A"
+    b_label: str = "B"
+    task_args: List[str] = field(default_factory=lambda: list(DEFAULT_TASK_ARGS))
+    train_args: List[str] = field(default_factory=lambda: list(DEFAULT_TRAIN_ARGS))
+    reps: int = 7
+    warmup: int = 1
+    max_tokens: int = 2048
+    train_batches: int = 20             # fixed training batches, all run once per repetition
+    train_split: str = "train"
+    decode_split: str = "valid"
+    decode_sentences: int = 256         # decoded in batches of decode_batch_size
+    decode_single_sentences: int = 64   # of those, decoded one at a time
+    decode_batch_size: int = 64
+    beam: int = 4
+    decode_len: Union[str, int] = "auto"  # "auto": median reference length; an int; "free"
+    threads: int = 1
+    seed: int = 1
+    memory_reps: int = 2                # fresh-process peak-RSS probes per config and phase; 0: skip
+
+    def argv(self, config: Sequence[str], save_dir: str) -> List[str]:
+        """The full fairseq-train argument list of one configuration."""
+        return [self.data, "--task", "multilingual_langshare", "--user-dir", PKG_DIR,
+                "--langs", ",".join(self.langs), "--lang-pairs", ",".join(self.lang_pairs),
+                *self.task_args, *self.train_args, "--max-tokens", str(self.max_tokens),
+                "--seed", str(self.seed), "--cpu", "--save-dir", save_dir, *config]
+
+
+# ------------------------------------------------------------------ building blocks
+
+
+def parse_args(argv):
+    from fairseq import options
+
+    return options.parse_args_and_arch(options.get_training_parser(), list(argv))
+
+
+def check_same_task(args_a, args_b):
+    """Both configurations must describe the same task: it is set up once, from A."""
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY
+
+    if args_a.task != args_b.task:
+        raise ValueError(f"configurations use different tasks ({args_a.task} vs {args_b.task})")
+    names = [f.name for f in dataclasses.fields(TASK_DATACLASS_REGISTRY[args_a.task])]
+    for name in names + ["max_tokens", "required_batch_size_multiple"]:
+        if getattr(args_a, name, None) != getattr(args_b, name, None):
+            raise ValueError(f"configuration B changes the task/data option --{name.replace('_', '-')} "
+                             f"({getattr(args_a, name, None)!r} vs {getattr(args_b, name, None)!r}): "
+                             f"both configurations must run on the same data; pass it in the task args")
+
+
+def accepts_lang_ids(fn) -> bool:
+    params = inspect.signature(fn).parameters
+    return all(k in params for k in LANG_KEYS) or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _dropping_lang_ids(fn):
+    @functools.wraps(fn)
+    def forward(*args, **kwargs):
+        for key in LANG_KEYS:
+            kwargs.pop(key, None)
+        return fn(*args, **kwargs)
+
+    return forward
+
+
+def adapt_to_lang_ids(model) -> List[str]:
+    """Let a model whose forward takes no language ids run on batches that carry them: its
+    ``forward`` (training) and its encoder's ``forward`` (``SequenceGenerator`` calls
+    ``encoder.forward_torchscript(net_input)``) drop ``src_lang_id``/``tgt_lang_id``.
+    Returns what was wrapped (empty for language-aware models)."""
+    wrapped = []
+    for name, module in (("model", model), ("encoder", getattr(model, "encoder", None))):
+        if module is not None and not accepts_lang_ids(module.forward):
+            module.forward = _dropping_lang_ids(module.forward)
+            wrapped.append(f"{name}.forward")
+    return wrapped
+
+
+def build_model(task, args, seed):
+    """Model (same seed for every configuration), its criterion, and what ``adapt_to_lang_ids`` wrapped."""
+    from fairseq import utils
+
+    utils.set_torch_seed(seed)
+    model = task.build_model(args)
+    return model, task.build_criterion(args), adapt_to_lang_ids(model)
+
+
+def build_trainer(args, task, model, criterion):
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    return Trainer(convert_namespace_to_omegaconf(args), task, model, criterion)
+
+
+def build_generator(task, model, beam, decode_len: Optional[int]):
+    """fairseq's ``SequenceGenerator`` through the task. ``decode_len`` (tokens incl. EOS)
+    forces every hypothesis to that length (min_len = max_len); None lets the model stop."""
+    from fairseq.dataclass.configs import GenerationConfig
+
+    if decode_len is None:
+        cfg = GenerationConfig(beam=beam, max_len_a=1.2, max_len_b=10)
+    else:
+        steps = max(int(decode_len) - 1, 1)
+        cfg = GenerationConfig(beam=beam, max_len_a=0, max_len_b=steps, min_len=steps)
+    return task.build_generator([model], cfg)
+
+
+def train_step(trainer, batch) -> float:
+    """One real fairseq update (forward, backward, optimizer step); returns its loss."""
+    out = trainer.train_step([batch])
+    return float(out["loss"]) if out and "loss" in out else float("nan")
+
+
+def decode_batch(task, generator, model, batch) -> int:
+    """Beam search through ``task.inference_step``; returns the generated tokens (best
+    hypothesis of each sentence, EOS included, as fairseq-generate counts them)."""
+    hypos = task.inference_step(generator, [model], batch)
+    return sum(len(h[0]["tokens"]) for h in hypos)
+
+
+def interleaved(batches, step, keys=CONFIGS):
+    """Run ``step(key, batch)`` for every batch and both configurations, alternating the order
+    per batch (A B, B A, A B, ...) so that drifts in machine load and cache state hit both
+    alike. Returns per configuration: wall seconds, CPU seconds of this process, step results."""
+    wall = {k: 0.0 for k in keys}
+    cpu = {k: 0.0 for k in keys}
+    results = {k: [] for k in keys}
+    gc.collect()
+    for i, batch in enumerate(batches):
+        for key in (keys if i % 2 == 0 else keys[::-1]):
+            w, c = time.perf_counter(), time.process_time()
+            results[key].append(step(key, batch))
+            cpu[key] += time.process_time() - c
+            wall[key] += time.perf_counter() - w
+    return wall, cpu, results
+
+
+def fixed_train_batches(task, settings, args, models):
+    from fairseq import utils
+
+    task.load_dataset(settings.train_split, epoch=1)
+    itr = task.get_batch_iterator(
+        dataset=task.dataset(settings.train_split), max_tokens=settings.max_tokens,
+        max_positions=utils.resolve_max_positions(task.max_positions(), *[m.max_positions() for m in models]),
+        ignore_invalid_inputs=True, required_batch_size_multiple=args.required_batch_size_multiple,
+        seed=settings.seed, epoch=1,
+    ).next_epoch_itr(shuffle=True)
+    batches = list(itertools.islice(itr, settings.train_batches))
+    if len(batches) < settings.train_batches:
+        logger.warning("only %d training batches available (asked for %d)", len(batches), settings.train_batches)
+    return batches
+
+
+def fixed_decode_sentences(task, settings):
+    """A seeded random set of sentences: decoded in length-sorted batches (as fairseq-generate
+    orders them) and, for the first ``decode_single_sentences`` in random order, one at a time."""
+    task.load_dataset(settings.decode_split, epoch=1)
+    ds = task.dataset(settings.decode_split)
+    rng = np.random.RandomState(settings.seed)
+    picked = [int(i) for i in rng.choice(len(ds), min(settings.decode_sentences, len(ds)), replace=False)]
+    single = [ds.collater([ds[i]]) for i in picked[:settings.decode_single_sentences]]
+    ordered = sorted(picked, key=lambda i: (int(ds.num_tokens(i)), i))
+    size = settings.decode_batch_size
+    batched = [ds.collater([ds[i] for i in ordered[k:k + size]]) for k in range(0, len(ordered), size)]
+    ref_lengths = [int(ds.size(i)[1]) for i in picked]
+    src_lengths = [int(ds.size(i)[0]) for i in picked]
+    return single, batched, ref_lengths, src_lengths
+
+
+def resolve_decode_len(value, ref_lengths) -> Optional[int]:
+    if value == "free":
+        return None
+    if value == "auto":
+        return max(int(round(float(np.median(ref_lengths)))), 2)
+    return int(value)
+
+
+def parameter_counts(model, task, lang_pairs) -> Dict[str, object]:
+    """Total parameters, and effective parameters per language pair: what
+    ``model.effective_parameters(src_lang_id, tgt_lang_id)`` reports, or the total if the
+    model has no such method (everything is shared)."""
+    total = sum(p.numel() for p in model.parameters())
+    effective_fn = getattr(model, "effective_parameters", None)
+    per_pair = {}
+    for pair in lang_pairs:
+        src, tgt = pair.split("-")
+        per_pair[pair] = (int(effective_fn(task.inventory.id(src), task.inventory.id(tgt)))
+                          if effective_fn is not None else total)
+    return {"total": total, "effective": per_pair, "has_effective_parameters": effective_fn is not None}
+
+
+# ------------------------------------------------------------------ the benchmark
+
+
+class Benchmark:
+    """Everything fixed before measuring: task, both models and trainers, batches, generators."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.save_dir = tempfile.mkdtemp(prefix="langshare-bench-")  # Trainer writes crash.pt here on failure
+        self._threads_before = torch.get_num_threads()
+        torch.set_num_threads(settings.threads)
+        from fairseq import tasks
+
+        self.argv = {"A": settings.argv(settings.a, self.save_dir), "B": settings.argv(settings.b, self.save_dir)}
+        self.args = {k: parse_args(v) for k, v in self.argv.items()}
+        check_same_task(self.args["A"], self.args["B"])
+        self.task = tasks.setup_task(self.args["A"])
+        self.models, self.trainers, self.wrapped, self.generators = {}, {}, {}, {}
+        for key in CONFIGS:
+            model, criterion, self.wrapped[key] = build_model(self.task, self.args[key], settings.seed)
+            self.models[key] = model
+            self.trainers[key] = build_trainer(self.args[key], self.task, model, criterion)
+        self.train_batches = fixed_train_batches(self.task, settings, self.args["A"], list(self.models.values()))
+        self.single, self.batched, self.ref_lengths, self.src_lengths = fixed_decode_sentences(self.task, settings)
+        self.decode_len = resolve_decode_len(settings.decode_len, self.ref_lengths)
+        for key in CONFIGS:
+            self.generators[key] = build_generator(self.task, self.models[key], settings.beam, self.decode_len)
+
+    def close(self):
+        torch.set_num_threads(self._threads_before)
+        shutil.rmtree(self.save_dir, ignore_errors=True)
+
+    def _timed(self, samples, losses, record):
+        """One repetition: training, then decoding one sentence at a time, then in large batches."""
+        n_updates = len(self.train_batches)
+        tokens = sum(int(b["ntokens"]) for b in self.train_batches)
+        wall, cpu, loss = interleaved(self.train_batches, lambda k, b: train_step(self.trainers[k], b))
+        for key in CONFIGS:
+            losses[key].append(float(np.mean(loss[key])))
+            if record:
+                for clock, seconds in (("", wall[key]), ("cpu:", cpu[key])):
+                    samples[clock + "train_updates_per_s"][key].append(n_updates / seconds)
+                    samples[clock + "train_wps"][key].append(tokens / seconds)
+        for model in self.models.values():
+            model.eval()
+        for metric, batches in (("decode_single_tokens_per_s", self.single),
+                                ("decode_batched_tokens_per_s", self.batched)):
+            wall, cpu, generated = interleaved(
+                batches, lambda k, b: decode_batch(self.task, self.generators[k], self.models[k], b))
+            if record:
+                for key in CONFIGS:
+                    samples[metric][key].append(sum(generated[key]) / wall[key])
+                    samples["cpu:" + metric][key].append(sum(generated[key]) / cpu[key])
+
+    def run(self, progress=True) -> dict:
+        from . import memory, report
+
+        s = self.settings
+        samples = {p + m: {"A": [], "B": []} for m in report.TIMED_METRICS for p in ("", "cpu:")}
+        losses = {"A": [], "B": []}
+        load_before = os.getloadavg()
+        started = time.time()
+        for rep in tqdm(range(s.warmup + s.reps), desc=f"{s.name}: repetitions (A, B interleaved)",
+                        unit="rep", disable=not progress):
+            self._timed(samples, losses, record=rep >= s.warmup)
+        if s.memory_reps > 0:
+            samples.update(memory.measure(self, progress=progress))
+        params = {k: parameter_counts(self.models[k], self.task, s.lang_pairs) for k in CONFIGS}
+        samples["params_total"] = {k: [params[k]["total"]] for k in CONFIGS}
+        samples["params_effective"] = {k: list(params[k]["effective"].values()) for k in CONFIGS}
+        return report.build_result(self, samples, params, losses, load_before, time.time() - started)
+
+
+def run_comparison(settings: Settings, out_json=None, markdown=None, progress=True) -> dict:
+    """Measure, write the JSON (``out_json``) and append the markdown table to ``markdown``."""
+    from . import report
+
+    bench = Benchmark(settings)
+    try:
+        result = bench.run(progress=progress)
+    finally:
+        bench.close()
+    if out_json:
+        report.write_json(result, out_json)
+    if markdown:
+        report.append_markdown(result, markdown)
+    return result

@@ -1,0 +1,71 @@
+"""The reference comparisons (``make benchmark``), on a small gettext corpus kept in
+``benchmarks/.cache/`` (built on the first run, reused afterwards):
+
+1. noise floor: ``langshare_transformer_small`` against itself; every ratio should be ~1.0,
+   and how far it strays is the resolution of the harness on this machine;
+2. ``langshare_transformer_small`` against fairseq's own ``transformer`` with the same
+   dimensions (2+2 layers, 128-dim, 4 heads, FFN 512, dropout 0.1, shared embeddings): the
+   cost of the language-aware plumbing.
+
+    python -m benchmarks.run_baseline [--reps N --warmup N --no-append ...]
+"""
+
+import argparse
+import logging
+import os
+import sys
+
+from .harness import run_comparison
+from .run import REPO_ROOT, add_measurement_args, settings_from_args
+
+CACHE = os.path.join(REPO_ROOT, "benchmarks", ".cache")
+CORPUS_LANGS = ["fr", "nb", "th", "tg"]  # ~50k, 12k, 6k and 0.5k training pairs: imbalanced like OPUS-100
+CORPUS = dict(langs=CORPUS_LANGS, vocab_size=4000, valid_size=100, test_size=100)
+
+SMALL = ["--arch", "langshare_transformer_small", "--share-all-embeddings", "--dropout", "0.1"]
+FAIRSEQ_SMALL = ["--arch", "transformer", "--share-all-embeddings", "--dropout", "0.1",
+                 "--encoder-layers", "2", "--decoder-layers", "2",
+                 "--encoder-embed-dim", "128", "--decoder-embed-dim", "128",
+                 "--encoder-ffn-embed-dim", "512", "--decoder-ffn-embed-dim", "512",
+                 "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+
+COMPARISONS = [
+    # (name, A label, A, B label, B)
+    ("baseline-noise-floor", "langshare_transformer_small", SMALL, "langshare_transformer_small (again)", SMALL),
+    ("baseline-vs-fairseq-transformer", "langshare_transformer_small", SMALL,
+     "fairseq transformer, same dims", FAIRSEQ_SMALL),
+]
+
+
+def corpus_dir():
+    """Build (or reuse) the benchmark corpus; return its directory."""
+    from fairseq_langshare.data.gettext_corpus import prepare_gettext
+
+    out = os.path.join(CACHE, "gettext-" + "-".join(CORPUS_LANGS))
+    prepare_gettext(out, **CORPUS)
+    return out
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run_baseline", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=[c[0] for c in COMPARISONS], help="run one comparison only")
+    parser.add_argument("--results-dir", default=os.path.join(REPO_ROOT, "benchmarks", "results"),
+                        help="where the JSON results go (default benchmarks/results)")
+    args = add_measurement_args(parser).parse_args(argv)
+    from .report import markdown
+    from .run import read_corpus
+
+    data, langs, pairs = read_corpus(corpus_dir())
+    for name, a_label, a, b_label, b in COMPARISONS:
+        if args.only and name != args.only:
+            continue
+        settings = settings_from_args(args, name, data, langs, pairs, a, b, a_label, b_label)
+        result = run_comparison(settings, out_json=os.path.join(args.results_dir, f"{name}.json"),
+                                markdown=None if args.no_append else args.doc)
+        sys.stdout.write("\n" + markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""fairseq-hydra-train with a configs/ yaml, and 2-process gloo training through fairseq's
+distributed entry point (torchrun sets the environment, fairseq's call_main does the rest)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiny_corpus import PKG_DIR
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def run(cmd, cwd, timeout=600):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def updates_logged(output):
+    return [int(float(json.loads(line[line.index("{"):])["num_updates"]))
+            for line in output.splitlines() if '"num_updates"' in line and "{" in line]
+
+
+def test_hydra_train_with_the_demo_config(corpus, tmp_path):
+    out = run([str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "configs"), "--config-name", "demo",
+               f"common.user_dir={PKG_DIR}", "common.log_format=json", "common.log_interval=1",
+               f"task.data={corpus['bin']}", "task.langs='en,xx,yy'", "task.lang_pairs='en-xx,en-yy'",
+               "model._name=langshare_transformer_tiny", "optimization.max_update=3",
+               "dataset.max_tokens=500", f"checkpoint.save_dir={tmp_path / 'ckpt'}",
+               "checkpoint.save_interval_updates=0"], cwd=tmp_path)
+    assert max(updates_logged(out)) == 3
+    assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_process_gloo_training(corpus, tmp_path):
+    """On the CPU fairseq's spawn launcher starts min(#GPUs, world size) = 0 processes and its
+    torchrun path divides by the GPU count, so each rank is started with an explicit
+    --distributed-rank and --distributed-no-spawn (fairseq's call_main/distributed_main)."""
+    port = free_port()
+    common = [str(BIN / "fairseq-train"), str(corpus["bin"]), "--user-dir", PKG_DIR,
+              "--task", "multilingual_langshare", "--langs", "en,xx,yy", "--lang-pairs", "en-xx,en-yy",
+              "--encoder-langtok", "tgt", "--arch", "langshare_transformer_tiny",
+              "--criterion", "langshare_label_smoothed_cross_entropy", "--optimizer", "adam", "--lr", "0.001",
+              "--max-tokens", "500", "--max-update", "3", "--cpu", "--num-workers", "0",
+              "--log-format", "json", "--log-interval", "1", "--save-dir", str(tmp_path / "ckpt"),
+              "--no-epoch-checkpoints", "--distributed-backend", "gloo", "--distributed-world-size", "2",
+              "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn",
+              "--ddp-backend", "legacy_ddp"]  # pytorch_ddp passes device_ids, which CPU modules reject
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen(common + ["--distributed-rank", str(rank)], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    assert "distributed init (rank 1)" in outs[1] and "distributed init (rank 0)" in outs[0]
+    assert max(updates_logged(outs[0])) == 3
+    assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
