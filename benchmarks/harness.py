@@ -60,10 +60,10 @@ class Settings:
     b_label: str = "B"
     task_args: List[str] = field(default_factory=lambda: list(DEFAULT_TASK_ARGS))
     train_args: List[str] = field(default_factory=lambda: list(DEFAULT_TRAIN_ARGS))
-    reps: int = 7
+    reps: int = 10
     warmup: int = 1
     max_tokens: int = 2048
-    train_batches: int = 20             # fixed training batches, all run once per repetition
+    train_batches: int = 10             # fixed training batches, all run once per repetition
     train_split: str = "train"
     decode_split: str = "valid"
     decode_sentences: int = 256         # decoded in batches of decode_batch_size

@@ -69,6 +69,8 @@ def build_result(bench, samples, params, losses, load_before, elapsed) -> dict:
         if key in samples:
             metrics[key] = {"label": label.format(bs=s.decode_batch_size), "unit": unit,
                             "higher_is_better": kind == "throughput", **compare(samples[key]["A"], samples[key]["B"])}
+            if "cpu:" + key in samples:  # the same, timed by this process's CPU time instead of wall time
+                metrics[key]["cpu_time"] = compare(samples["cpu:" + key]["A"], samples["cpu:" + key]["B"])
     mach = machine(s.threads)
     mach["loadavg_before"], mach["loadavg_after"] = list(load_before), list(os.getloadavg())
     return {
@@ -95,7 +97,8 @@ def build_result(bench, samples, params, losses, load_before, elapsed) -> dict:
         },
         "protocol": {"reps": s.reps, "warmup": s.warmup, "threads": s.threads, "seed": s.seed,
                      "memory_reps": s.memory_reps, "memory_method": getattr(bench, "memory_method", None),
-                     "order": "per repetition: train A, train B, decode-1 A, decode-1 B, decode-N A, decode-N B"},
+                     "order": "per repetition: training, decoding batch 1, decoding batch N; within each, "
+                              "per batch A then B, B then A, alternately"},
         "metrics": metrics,
         "params": params,
         "train_loss_per_rep": losses,
@@ -149,23 +152,25 @@ def markdown(result) -> str:
         f"also one at a time; {decode_len}")
     mem = (f"; memory: {p['memory_reps']} fresh-process probe(s) per configuration and phase "
            f"({p['memory_method']})" if p["memory_reps"] else "; memory not measured")
-    lines.append(f"- protocol: {p['warmup']} warm-up + {p['reps']} measured repetitions, A and B interleaved, "
+    lines.append(f"- protocol: {p['warmup']} warm-up + {p['reps']} measured repetitions, A and B interleaved batch by batch (A B, B A, ...), "
                  f"seed {p['seed']}{mem}")
     lines.append(
         f"- machine: {m['nproc']} CPUs ({m['cpu'] or 'unknown'}), torch {m['torch']} with "
         f"{m['torch_threads']} thread(s), fairseq {m['fairseq']}, Python {m['python']}; load average "
         f"{m['loadavg_before'][0]:.2f} → {m['loadavg_after'][0]:.2f}; wall time {result['elapsed_s']:.0f} s")
-    lines += ["", "| metric | A: median (IQR) | B: median (IQR) | B / A | B / A per repetition (min–max) |",
-              "|---|---|---|---|---|"]
+    lines += ["", "| metric | A: median (IQR) | B: median (IQR) | B / A | B / A per repetition (min–max) "
+                  "| B / A by CPU time |", "|---|---|---|---|---|---|"]
     for key, e in result["metrics"].items():
         unit = e["unit"]
         pr = e.get("paired_ratio")
         spread = f"{pr['min']:.3f}–{pr['max']:.3f}" if pr and pr["n"] > 1 else ""
+        cpu = f"{e['cpu_time']['ratio']:.3f}" if "cpu_time" in e else ""
         lines.append(f"| {e['label']} [{unit}] | {_cell(e['A'], unit)} | {_cell(e['B'], unit)} | "
-                     f"**{e['ratio']:.3f}** | {spread} |")
+                     f"**{e['ratio']:.3f}** | {spread} | {cpu} |")
     lines.append("")
     lines.append("Throughput ratios are B's speed / A's speed (> 1: B is faster); memory and parameter ratios "
-                 "are B / A (< 1: B is smaller).")
+                 "are B / A (< 1: B is smaller). Speeds are timed by the wall clock; the last column times "
+                 "the same steps by this process's CPU time, which other jobs on the machine disturb less.")
     return "\n".join(lines) + "\n"
 
 

@@ -107,10 +107,11 @@ def spbleu_tokenizer():
 
 
 def score(hypotheses, references, tgt_lang=""):
-    """Corpus BLEU, chrF and (when its model is local) spBLEU, each with its sacrebleu signature."""
+    """Corpus BLEU (13a tokenization, zh for Chinese targets), chrF and (when its model is local)
+    spBLEU, each with its sacrebleu signature."""
     from sacrebleu.metrics import BLEU, CHRF
 
-    bleu = BLEU(tokenize="zh" if tgt_lang.split("_")[0] == "zh" else "13a")
+    bleu = BLEU(tokenize="zh" if (tgt_lang or "").split("_")[0] == "zh" else "13a")
     chrf = CHRF()
     out = {
         "bleu": bleu.corpus_score(hypotheses, [references]).score,
