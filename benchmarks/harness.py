@@ -60,7 +60,7 @@ class Settings:
     b_label: str = "B"
     task_args: List[str] = field(default_factory=lambda: list(DEFAULT_TASK_ARGS))
     train_args: List[str] = field(default_factory=lambda: list(DEFAULT_TRAIN_ARGS))
-    reps: int = 10
+    reps: int = 20
     warmup: int = 1
     max_tokens: int = 2048
     train_batches: int = 10             # fixed training batches, all run once per repetition
@@ -230,7 +230,13 @@ def resolve_decode_len(value, ref_lengths) -> Optional[int]:
         return None
     if value == "auto":
         return max(int(round(float(np.median(ref_lengths)))), 2)
-    return int(value)
+    try:
+        length = int(value)
+    except ValueError:
+        length = 0
+    if length < 2:
+        raise ValueError(f"--decode-len {value!r}: give 'auto', 'free' or a length >= 2 (tokens incl. EOS)")
+    return length
 
 
 def parameter_counts(model, task, lang_pairs) -> Dict[str, object]:
@@ -258,8 +264,16 @@ class Benchmark:
         self.save_dir = tempfile.mkdtemp(prefix="langshare-bench-")  # Trainer writes crash.pt here on failure
         self._threads_before = torch.get_num_threads()
         torch.set_num_threads(settings.threads)
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self):
         from fairseq import tasks
 
+        settings = self.settings
         self.argv = {"A": settings.argv(settings.a, self.save_dir), "B": settings.argv(settings.b, self.save_dir)}
         self.args = {k: parse_args(v) for k, v in self.argv.items()}
         check_same_task(self.args["A"], self.args["B"])

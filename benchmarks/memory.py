@@ -6,7 +6,7 @@ Protocol (one probe = one ``python -m benchmarks.memory SPEC.json`` subprocess):
    plus its fairseq ``Trainer`` (phase ``train``) or ``SequenceGenerator`` (phase ``decode``);
    load the fixed batches of the timing run;
 2. warm up: one training step on the first batch (this allocates the Adam state and pays the
-   one-time costs of the first step: autograd and thread-pool set-up, lazy imports, ~80 MiB
+   one-time costs of the first step: autograd and thread-pool set-up, lazy imports, ~75 MiB
    that do not depend on the model), then free the gradients; or decode the first batch;
 3. collect garbage and hand freed heap back to the OS (``malloc_trim``), then read ``VmRSS``:
    the baseline at rest (interpreter, fairseq, dictionaries, weights, optimizer state, batches);
@@ -19,8 +19,15 @@ Protocol (one probe = one ``python -m benchmarks.memory SPEC.json`` subprocess):
    4 for the gradient, 8 for Adam's moments).
 
 A fresh process per phase keeps one phase's allocator cache from hiding the next one's
-growth. Where ``clear_refs`` is not writable the probe falls back to ``ru_maxrss`` minus the
-baseline, which an earlier, higher peak would mask (the method is recorded).
+growth. The probe runs with glibc's mmap threshold fixed at its initial 128 KiB
+(``MALLOC_MMAP_THRESHOLD_``), which turns off glibc's dynamic threshold: every block of 128 KiB
+or more (every sizeable tensor) is mmapped and returned to the OS when freed, so RSS follows
+live memory. With the dynamic threshold the same probe of the same model varied by about +-10%
+from run to run (freed tensors stay in the heap, depending on allocation history); fixed, it
+repeats to a fraction of a MiB. The peak is therefore live memory plus small-block slack, a
+little below what a default-configured process would hold. Where ``clear_refs`` is not
+writable the probe falls back to ``ru_maxrss`` minus the baseline, which an earlier, higher
+peak would mask (the method is recorded).
 """
 
 import ctypes
@@ -37,6 +44,7 @@ from tqdm import tqdm
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PHASES = {"train": "mem_train_peak_mib", "decode": "mem_decode_peak_mib"}
 LOADED_METRIC = "mem_loaded_rss_mib"
+MMAP_THRESHOLD = 128 * 1024  # glibc's initial value; setting it fixes it (see above)
 
 
 def _status_kib(field):
@@ -57,12 +65,14 @@ def settle() -> float:
 
 
 def reset_peak() -> str:
+    """Reset the RSS high-water mark; returns the method ``read_peak`` must use."""
+    malloc = "MALLOC_MMAP_THRESHOLD_=" + os.environ.get("MALLOC_MMAP_THRESHOLD_", "dynamic")
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return "VmHWM after clear_refs reset"
+        return "VmHWM after clear_refs reset, " + malloc
     except OSError:
-        return "ru_maxrss (no clear_refs reset)"
+        return "ru_maxrss (no clear_refs reset), " + malloc
 
 
 def read_peak(method) -> float:
@@ -111,6 +121,7 @@ def probe(spec) -> dict:
 def run_probe(spec_path) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
+    env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
     with open(spec_path) as f:
         env["OMP_NUM_THREADS"] = str(json.load(f)["threads"])
     proc = subprocess.run([sys.executable, "-m", "benchmarks.memory", spec_path], env=env, cwd=REPO_ROOT,

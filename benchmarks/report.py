@@ -152,18 +152,18 @@ def markdown(result) -> str:
         f"also one at a time; {decode_len}")
     mem = (f"; memory: {p['memory_reps']} fresh-process probe(s) per configuration and phase "
            f"({p['memory_method']})" if p["memory_reps"] else "; memory not measured")
-    lines.append(f"- protocol: {p['warmup']} warm-up + {p['reps']} measured repetitions, A and B interleaved batch by batch (A B, B A, ...), "
-                 f"seed {p['seed']}{mem}")
+    lines.append(f"- protocol: {p['warmup']} warm-up + {p['reps']} measured repetitions, A and B interleaved "
+                 f"batch by batch (A B, B A, ...), seed {p['seed']}{mem}")
     lines.append(
         f"- machine: {m['nproc']} CPUs ({m['cpu'] or 'unknown'}), torch {m['torch']} with "
         f"{m['torch_threads']} thread(s), fairseq {m['fairseq']}, Python {m['python']}; load average "
         f"{m['loadavg_before'][0]:.2f} → {m['loadavg_after'][0]:.2f}; wall time {result['elapsed_s']:.0f} s")
-    lines += ["", "| metric | A: median (IQR) | B: median (IQR) | B / A | B / A per repetition (min–max) "
+    lines += ["", "| metric | A: median (IQR) | B: median (IQR) | B / A | B / A per repetition: median (min–max) "
                   "| B / A by CPU time |", "|---|---|---|---|---|---|"]
     for key, e in result["metrics"].items():
         unit = e["unit"]
         pr = e.get("paired_ratio")
-        spread = f"{pr['min']:.3f}–{pr['max']:.3f}" if pr and pr["n"] > 1 else ""
+        spread = f"{pr['median']:.3f} ({pr['min']:.3f}–{pr['max']:.3f})" if pr and pr["n"] > 1 else ""
         cpu = f"{e['cpu_time']['ratio']:.3f}" if "cpu_time" in e else ""
         lines.append(f"| {e['label']} [{unit}] | {_cell(e['A'], unit)} | {_cell(e['B'], unit)} | "
                      f"**{e['ratio']:.3f}** | {spread} | {cpu} |")

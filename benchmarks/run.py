@@ -29,11 +29,14 @@ def add_measurement_args(parser):
     d = DEFAULTS
     g = parser.add_argument_group("measurement")
     g.add_argument("--reps", type=int, default=d.reps, help="measured repetitions (default %(default)s)")
-    g.add_argument("--warmup", type=int, default=d.warmup, help="warm-up repetitions, not recorded (default %(default)s)")
-    g.add_argument("--max-tokens", type=int, default=d.max_tokens, help="training batch size in tokens (default %(default)s)")
+    g.add_argument("--warmup", type=int, default=d.warmup,
+                   help="warm-up repetitions, not recorded (default %(default)s)")
+    g.add_argument("--max-tokens", type=int, default=d.max_tokens,
+                   help="training batch size in tokens (default %(default)s)")
     g.add_argument("--train-batches", type=int, default=d.train_batches,
                    help="fixed training batches run per repetition (default %(default)s)")
-    g.add_argument("--decode-split", default=d.decode_split, help="split the decoded sentences come from (default %(default)s)")
+    g.add_argument("--decode-split", default=d.decode_split,
+                   help="split the decoded sentences come from (default %(default)s)")
     g.add_argument("--decode-sentences", type=int, default=d.decode_sentences,
                    help="sentences decoded in large batches per repetition (default %(default)s)")
     g.add_argument("--decode-single-sentences", type=int, default=d.decode_single_sentences,
@@ -45,14 +48,17 @@ def add_measurement_args(parser):
                    help="hypothesis length incl. EOS: 'auto' forces the median reference length, an integer forces "
                         "that length, 'free' lets each model stop (default %(default)s)")
     g.add_argument("--threads", type=int, default=d.threads, help="torch threads for both (default %(default)s)")
-    g.add_argument("--seed", type=int, default=d.seed, help="seed of both models, batches and sentences (default %(default)s)")
+    g.add_argument("--seed", type=int, default=d.seed,
+                   help="seed of both models, batches and sentences (default %(default)s)")
     g.add_argument("--memory-reps", type=int, default=d.memory_reps,
-                   help="fresh-process peak-RSS probes per configuration and phase; 0 skips memory (default %(default)s)")
+                   help="fresh-process peak-RSS probes per configuration and phase; 0 skips memory "
+                        "(default %(default)s)")
     g.add_argument("--task-args", default=shlex.join(DEFAULT_TASK_ARGS),
                    help="task flags shared by both (default: %(default)s)")
     g.add_argument("--train-args", default=shlex.join(DEFAULT_TRAIN_ARGS),
                    help="criterion/optimizer flags shared by both (default: %(default)s)")
-    g.add_argument("--doc", default=DEFAULT_DOC, help="markdown file the table is appended to (default docs/benchmarks.md)")
+    g.add_argument("--doc", default=DEFAULT_DOC,
+                   help="markdown file the table is appended to (default docs/benchmarks.md)")
     g.add_argument("--no-append", action="store_true", help="do not append to --doc")
     return parser
 
@@ -88,7 +94,8 @@ def build_parser():
     parser.add_argument("--data", help="fairseq data directory (overrides the corpus' bin/)")
     parser.add_argument("--langs", help="comma-separated language inventory (default: from --corpus)")
     parser.add_argument("--lang-pairs", help="comma-separated directions (default: from --corpus)")
-    parser.add_argument("--a", required=True, help="fairseq-train flags of configuration A (the reference), one string")
+    parser.add_argument("--a", required=True, help="fairseq-train flags of configuration A (the reference), "
+                        "one string (write --a='--flag' if it holds a single flag)")
     parser.add_argument("--b", required=True, help="fairseq-train flags of configuration B, one string")
     parser.add_argument("--a-label", default=None, help="short name of A (default: its --arch)")
     parser.add_argument("--b-label", default=None, help="short name of B (default: its --arch)")

@@ -29,22 +29,22 @@ def langshare_transformer(args):
     base_architecture(args)
 
 
+def size_preset(args, embed_dim, ffn_dim, heads, layers):
+    """Set encoder and decoder sizes unless the command line already did."""
+    for side in ("encoder", "decoder"):
+        for key, value in (("embed_dim", embed_dim), ("ffn_embed_dim", ffn_dim),
+                           ("attention_heads", heads), ("layers", layers)):
+            setattr(args, f"{side}_{key}", getattr(args, f"{side}_{key}", value))
+
+
 def small_preset(args):
     """2+2 layers, 128-dim, 4 heads, FFN 512: the CPU size of the demo and quality runs."""
-    for side in ("encoder", "decoder"):
-        setattr(args, f"{side}_embed_dim", getattr(args, f"{side}_embed_dim", 128))
-        setattr(args, f"{side}_ffn_embed_dim", getattr(args, f"{side}_ffn_embed_dim", 512))
-        setattr(args, f"{side}_attention_heads", getattr(args, f"{side}_attention_heads", 4))
-        setattr(args, f"{side}_layers", getattr(args, f"{side}_layers", 2))
+    size_preset(args, 128, 512, 4, 2)
 
 
 def tiny_preset(args):
     """2+2 layers, 32-dim, 2 heads, FFN 64: for tests."""
-    for side in ("encoder", "decoder"):
-        setattr(args, f"{side}_embed_dim", getattr(args, f"{side}_embed_dim", 32))
-        setattr(args, f"{side}_ffn_embed_dim", getattr(args, f"{side}_ffn_embed_dim", 64))
-        setattr(args, f"{side}_attention_heads", getattr(args, f"{side}_attention_heads", 2))
-        setattr(args, f"{side}_layers", getattr(args, f"{side}_layers", 2))
+    size_preset(args, 32, 64, 2, 2)
 
 
 @register_model_architecture("langshare_transformer", "langshare_transformer_small")

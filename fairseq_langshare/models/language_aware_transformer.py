@@ -48,7 +48,7 @@ class LanguageAwareEncoder(TransformerEncoderBase):
     def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
                 token_embeddings: Optional[Tensor] = None, src_lang_id: Optional[Tensor] = None,
                 tgt_lang_id: Optional[Tensor] = None):
-        with self.languages.bind(src=src_lang_id, tgt=tgt_lang_id):
+        with self.languages.bind(src=src_lang_id, tgt=tgt_lang_id, padding_mask=src_tokens.eq(self.padding_idx)):
             out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
         out["src_lang_id"] = [src_lang_id] if src_lang_id is not None else []
         out["tgt_lang_id"] = [tgt_lang_id] if tgt_lang_id is not None else []
@@ -73,7 +73,8 @@ class LanguageAwareDecoder(TransformerDecoderBase):
                          full_context_alignment=False, alignment_layer=None, alignment_heads=None):
         """The target language of each row comes from ``encoder_out`` (reordered with beam
         search), never from the tokens, so it is known from the first decoding step."""
-        with self.languages.bind(src=_first(encoder_out, "src_lang_id"), tgt=_first(encoder_out, "tgt_lang_id")):
+        with self.languages.bind(src=_first(encoder_out, "src_lang_id"), tgt=_first(encoder_out, "tgt_lang_id"),
+                                 padding_mask=prev_output_tokens.eq(self.padding_idx)):
             return super().extract_features(
                 prev_output_tokens, encoder_out=encoder_out, incremental_state=incremental_state,
                 full_context_alignment=full_context_alignment, alignment_layer=alignment_layer,
@@ -108,6 +109,8 @@ class LanguageAwareTransformerModel(TransformerModel):
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)  # fill what an older config or the preset left out
         cfg = cls.config_class.from_namespace(args)
+        # per-language parameters are sized by the task's inventory (stored with the weights)
+        cfg.num_languages = len(task.inventory) if hasattr(task, "inventory") else 0
         return super(TransformerModel, cls).build_model(cfg, task)
 
     @classmethod

@@ -78,13 +78,22 @@ class LanguageIds:
         self._bound = None
 
     @contextmanager
-    def bind(self, src: Optional[Tensor], tgt: Optional[Tensor]):
+    def bind(self, src: Optional[Tensor], tgt: Optional[Tensor], padding_mask: Optional[Tensor] = None):
+        """``padding_mask`` (B, T): padding of the token stream this encoder/decoder processes."""
         previous = self._bound
-        self._bound = {"src": src, "tgt": tgt}
+        self._bound = {"src": src, "tgt": tgt, "padding_mask": padding_mask}
         try:
             yield self
         finally:
             self._bound = previous
+
+    def padding_mask(self, length: int) -> Optional[Tensor]:
+        """Padding of the last ``length`` positions of the stream (incremental decoding
+        processes only the newest token), or None when nothing is padded."""
+        mask = None if self._bound is None else self._bound["padding_mask"]
+        if mask is None or not mask.any():
+            return None
+        return mask[:, -length:]
 
     def get(self, side: str) -> Tensor:
         if side not in self.SIDES:

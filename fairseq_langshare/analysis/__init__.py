@@ -1,0 +1,23 @@
+"""Analyses of trained checkpoints: statistics, the papers' plots, derived architectures.
+
+``langshare analyze <method> ...``: every method registers its own analysis as a sub-command of
+``analyze`` (a module with ``add_analysis(methods)``, listed in ``ANALYSES``), so
+``langshare analyze lsl CHECKPOINT --out DIR`` and, later, ``langshare analyze clsr ...`` share
+one entry point.
+"""
+
+from . import lsl_weights
+
+ANALYSES = (lsl_weights,)
+
+
+def add_subcommand(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "analyze",
+        help="analyse a trained checkpoint: statistics, plots, derived architectures (per method)",
+        description="Analyse a trained checkpoint; choose the method's analysis, e.g. `langshare analyze lsl CKPT --out DIR`.",
+    )
+    methods = parser.add_subparsers(dest="method", metavar="METHOD")
+    methods.required = True
+    for module in ANALYSES:
+        module.add_analysis(methods)

@@ -1,0 +1,249 @@
+"""``langshare export``: the sub-network one language pair uses, as a plain fairseq checkpoint.
+
+The result is a fairseq ``transformer`` (arch ``transformer``) with a
+``translation_multi_simple_epoch`` task config: fairseq's own model and task, so
+``fairseq-generate --task translation_multi_simple_epoch`` (no ``--user-dir``) loads it and adds
+the same language tokens as the full model's ``multilingual_langshare`` run, and translates the
+pair exactly as the full model does. It holds only the weights that pair uses, no optimizer
+state, and no pickled Python objects (``args: None``; ``cfg`` is plain dicts and lists), so it
+loads under ``torch.load(weights_only=True)`` without any allow-listing.
+
+Generic over methods: a model class that has language-specific parts provides
+
+    @classmethod
+    def export_state_dict(cls, state_dict, model_cfg, src_id, tgt_id) -> (state_dict, cfg_changes)
+
+returning the pair's weights under fairseq ``transformer`` names and model-config changes
+(``None`` deletes a key). A model without one (``langshare_transformer``) exports itself. The
+result is always checked against the keys and shapes of a plain ``transformer`` built from the
+exported config before anything is written; the file is written to a temporary name and renamed.
+"""
+
+import argparse
+import dataclasses
+import logging
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Dict
+
+import torch
+from fairseq import checkpoint_utils
+from fairseq.data import Dictionary
+from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+from fairseq.models.transformer import TransformerConfig, TransformerModel
+from omegaconf import OmegaConf
+
+from .languages import decode_inventory
+from .tasks.multilingual_langshare import options_as_namespace
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["export_pair", "add_subcommand", "ExportError"]
+
+PLAIN_ARCH = "transformer"
+PLAIN_TASK = "translation_multi_simple_epoch"
+_PLAIN_CRITERIA = {"langshare_label_smoothed_cross_entropy": "label_smoothed_cross_entropy"}
+
+
+class ExportError(ValueError):
+    pass
+
+
+def _transformer_keys():
+    """The flat option names fairseq's ``transformer`` reads (TransformerConfig.from_namespace)."""
+    keys = {"_name", "arch"}
+    for f in dataclasses.fields(TransformerConfig):
+        if f.name in ("encoder", "decoder", "quant_noise"):
+            keys.update(f"{f.name}_{sub.name}" for sub in dataclasses.fields(f.default_factory()))
+        else:
+            keys.add(f.name)
+    return keys
+
+
+def _plain(value):
+    """Plain Python containers only (no Namespace, no Enum) so the file needs no allow-listing."""
+    if isinstance(value, argparse.Namespace):
+        value = vars(value)
+    if OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value, resolve=True, enum_to_str=True)
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _model_config(model_cfg, changes) -> Dict:
+    values = _plain(model_cfg)
+    for key, value in changes.items():
+        if value is None:
+            values.pop(key, None)
+        else:
+            values[key] = value
+    keep = _transformer_keys()
+    values = {k: v for k, v in values.items() if k in keep}
+    values["_name"] = values["arch"] = PLAIN_ARCH
+    return values
+
+
+def _task_config(task_cfg, src: str, tgt: str) -> Dict:
+    values = _plain(vars(options_as_namespace(task_cfg)))
+    values.update(_name=PLAIN_TASK, lang_pairs=[f"{src}-{tgt}"], source_lang=src, target_lang=tgt)
+    values.pop("enable_lang_ids", None)
+    return values
+
+
+def _check_plain_transformer(weights: Dict[str, torch.Tensor], model_cfg: Dict) -> None:
+    """Build fairseq's transformer from the exported config (on the meta device: no memory) and
+    require exactly its keys and shapes."""
+    def dictionary(size):
+        d = Dictionary()
+        while len(d) < size:
+            d.add_symbol(f"<tok{len(d)}>")
+        return d
+
+    src = dictionary(weights["encoder.embed_tokens.weight"].size(0))
+    tgt = src if model_cfg.get("share_all_embeddings") else dictionary(weights["decoder.embed_tokens.weight"].size(0))
+    task = argparse.Namespace(source_dictionary=src, target_dictionary=tgt)
+    args = argparse.Namespace(**model_cfg)
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in TransformerModel.build_model(args, task).state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in weights.items()}
+    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(got) if expected[k] != got[k])
+    if missing or extra or wrong:
+        raise ExportError(
+            "the exported weights are not a plain fairseq transformer "
+            f"(missing {missing[:3]}, unexpected {extra[:3]}, wrong shapes {wrong[:3]}); the model class needs an "
+            "export_state_dict(state_dict, model_cfg, src_id, tgt_id) that selects the pair's sub-network"
+        )
+
+
+def _unique_params(weights: Dict[str, torch.Tensor]) -> int:
+    """Parameters stored, counting tied weights (shared embeddings) once."""
+    seen, total = set(), 0
+    for value in weights.values():
+        if not torch.is_floating_point(value):
+            continue
+        key = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape))
+        if key not in seen:
+            seen.add(key)
+            total += value.numel()
+    return total
+
+
+def _model_class(model_cfg):
+    name = getattr(model_cfg, "_name", None) or getattr(model_cfg, "arch", None)
+    cls = ARCH_MODEL_REGISTRY.get(name) or MODEL_REGISTRY.get(name)
+    if cls is None:
+        raise ExportError(f"unknown model {name!r} in the checkpoint: import the package that registers it")
+    return cls
+
+
+def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) -> Dict:
+    """Write the ``src``->``tgt`` sub-network of ``checkpoint`` to ``out_path`` as a plain fairseq
+    transformer checkpoint; return (and print) its size against the full checkpoint."""
+    checkpoint, out_path = Path(checkpoint), Path(out_path)
+    if not checkpoint.is_file():
+        raise FileNotFoundError(f"no checkpoint {checkpoint}: pass the .pt file fairseq-train wrote")
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+    cfg, weights = state["cfg"], state["model"]
+    langs = decode_inventory(weights["lang_inventory"]) if "lang_inventory" in weights else []
+    if not langs:
+        raise ExportError(f"{checkpoint} holds no language inventory: export needs a fairseq_langshare checkpoint")
+    for flag, code in (("--src", src), ("--tgt", tgt)):
+        if code not in langs:
+            raise ExportError(f"unknown language {code!r} for {flag}: the checkpoint's languages are "
+                              f"{','.join(langs)}; pick one of them")
+    src_id, tgt_id = langs.index(src), langs.index(tgt)
+
+    model_cls = _model_class(cfg.model)
+    exporter = getattr(model_cls, "export_state_dict", None)
+    if exporter is not None:
+        pair_weights, changes = exporter(weights, cfg.model, src_id, tgt_id)
+    else:
+        pair_weights, changes = {k: v for k, v in weights.items() if k != "lang_inventory"}, {}
+    model_cfg = _model_config(cfg.model, changes)
+    _check_plain_transformer(pair_weights, model_cfg)
+
+    sections = {k: _plain(cfg[k]) for k in cfg if k not in ("model", "task")}
+    if isinstance(sections.get("common"), dict):
+        sections["common"]["user_dir"] = None
+    criterion = sections.get("criterion")
+    if isinstance(criterion, dict) and criterion.get("_name") in _PLAIN_CRITERIA:
+        criterion["_name"] = _PLAIN_CRITERIA[criterion["_name"]]
+    history = state.get("optimizer_history") or [{}]
+    exported = {
+        "args": None,
+        "cfg": {**sections, "model": model_cfg, "task": _task_config(cfg.task, src, tgt)},
+        "model": {k: v.clone() for k, v in pair_weights.items()},  # no views into the full model's storage
+        "optimizer_history": [{
+            "criterion_name": "LabelSmoothedCrossEntropyCriterion",
+            "optimizer_name": str(history[-1].get("optimizer_name", "")),
+            "lr_scheduler_state": {"best": None},
+            "num_updates": int(history[-1].get("num_updates", 0)),
+        }],
+        "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0},
+                        "langshare_export": {"from": str(checkpoint), "src": src, "tgt": tgt, "langs": langs}},
+        "last_optimizer_state": None,
+    }
+    _retie(exported["model"], pair_weights)
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
+    try:
+        torch.save(exported, tmp)
+        os.replace(tmp, out_path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+    report = {
+        "path": str(out_path), "src": src, "tgt": tgt,
+        "bytes": out_path.stat().st_size, "full_bytes": checkpoint.stat().st_size,
+        "params": _unique_params(pair_weights), "full_params": _unique_params(weights),
+    }
+    report["param_ratio"] = report["params"] / max(report["full_params"], 1)
+    if verbose:
+        print(f"exported {src}->{tgt} to {out_path}: {report['bytes'] / 1e6:.2f} MB, {report['params']:,} parameters "
+              f"({report['param_ratio']:.0%} of the model's {report['full_params']:,}); full checkpoint "
+              f"{report['full_bytes'] / 1e6:.2f} MB (with optimizer state)")
+    return report
+
+
+def _retie(cloned: Dict[str, torch.Tensor], original: Dict[str, torch.Tensor]) -> None:
+    """Keep weights that were one tensor (shared embeddings) one tensor after cloning."""
+    first = {}
+    for key, value in original.items():
+        ident = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), value.stride())
+        if ident in first:
+            cloned[key] = cloned[first[ident]]
+        else:
+            first[ident] = key
+
+
+# --- CLI -------------------------------------------------------------------------------------
+
+def _run(args) -> int:
+    export_pair(args.checkpoint, args.src, args.tgt, args.out)
+    return 0
+
+
+def add_subcommand(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="write one language pair's sub-network as a plain fairseq transformer checkpoint",
+        description="Write the weights one language pair uses as a plain fairseq `transformer` checkpoint that "
+                    "fairseq-generate --task translation_multi_simple_epoch loads without --user-dir "
+                    "(pass the same --langs, --lang-pairs SRC-TGT and langtok flags as for the full model).",
+    )
+    parser.add_argument("checkpoint", help="a fairseq_langshare checkpoint (e.g. checkpoints/checkpoint_best.pt)")
+    parser.add_argument("--src", required=True, help="source language code (one of the checkpoint's --langs)")
+    parser.add_argument("--tgt", required=True, help="target language code (one of the checkpoint's --langs)")
+    parser.add_argument("--out", required=True, help="output .pt path (written to a temporary name, then renamed)")
+    parser.set_defaults(func=_run)

@@ -1,0 +1,307 @@
+"""``clsr_transformer``: conditional language-specific routing (Zhang et al., ICLR 2021).
+
+A CLSR unit (``modules/clsr.py``) after every sub-layer: encoder self-attention and FFN,
+decoder self-attention, cross-attention and FFN. For attention the unit replaces the output
+projection (W^shared is fairseq's ``out_proj``); for the FFN it sits on top of ``fc2``. The
+gate reads the sub-layer input (the residual stream in the post-norm Transformer of Eq. 2).
+The budget term of Eq. 6, |sum of gates / number of gate decisions - p|, is reported to the
+criterion. Variants (Tables 1 and 7) are one flag, ``--clsr-variant``.
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+from fairseq.dataclass import ChoiceEnum
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerConfig
+from fairseq.models.transformer.transformer_legacy import base_architecture
+from fairseq.modules import MultiheadAttention
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+from torch import nn
+
+from ..modules.auxiliary import AuxiliaryReporter
+from ..modules.clsr import ClsrUnit, LanguageProjections
+from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
+from .langshare_transformer import small_preset, tiny_preset
+
+VARIANTS = ChoiceEnum(["clsr", "gate", "shared", "language", "top-bottom", "dedicated", "ls-encoder-output"])
+SIDES = ChoiceEnum(["src", "tgt"])
+LANG_PROJ = ChoiceEnum(["stack", "sublayer"])
+SUBLAYER = re.compile(r"^(enc|dec)(\d+)\.(self_attn|cross_attn|ffn)$")
+
+
+@dataclass
+class ClsrTransformerConfig(TransformerConfig):
+    clsr_variant: VARIANTS = field(default="clsr", metadata={"help": (
+        "clsr: learned hard gates (noise, budget); gate: soft sigmoid gates, no noise, continuous at "
+        "inference (CLSR-Gate); shared: gates fixed 0 (CLSR-S); language: gates fixed 1 (CLSR-L); "
+        "top-bottom: LS on every sub-layer of the first and last layer of both stacks; dedicated: LS "
+        "on the sub-layers of --clsr-dedicated; ls-encoder-output: one LS projection on the encoder "
+        "output, no gates (the LS model of Zhang et al. 2020b)")})
+    clsr_budget: float = field(default=0.3, metadata={"help": "budget p in [0, 1]: target share of open gates (Eq. 6)"})
+    clsr_budget_weight: float = field(default=1.0, metadata={"help": "weight of |open-gate ratio - p|; 0 trains 'CLSR w/o p'"})
+    clsr_gate_dim: int = field(default=128, metadata={"help": "hidden size d_g of the gate network (Eq. 5)"})
+    clsr_max_noise: float = field(default=5.0, metadata={"help": "alpha at the end of its linear ramp (Eq. 5)"})
+    clsr_noise_ramp_updates: int = field(default=0, metadata={"help": "updates over which alpha grows from 0 to --clsr-max-noise; 0: --max-update"})
+    clsr_lang_proj: LANG_PROJ = field(default="stack", metadata={"help": "stack: one W_lang per language for the whole encoder and one for the decoder (the paper); sublayer: one per sub-layer"})
+    clsr_encoder_lang: SIDES = field(default="src", metadata={"help": "language indexing encoder W_lang (tgt for one-to-many, as the paper)"})
+    clsr_decoder_lang: SIDES = field(default="tgt", metadata={"help": "language indexing decoder W_lang (src for many-to-one, as the paper)"})
+    clsr_dedicated: str = field(default="", metadata={"help": "sub-layers made LS for --clsr-variant dedicated, e.g. enc1.ffn,dec6.cross_attn (1-based; printed by `langshare analyze clsr`)"})
+
+
+def parse_sublayers(spec: str, encoder_layers: int, decoder_layers: int) -> List[str]:
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    for name in names:
+        m = SUBLAYER.match(name)
+        if not m:
+            raise ValueError(f"--clsr-dedicated: bad sub-layer {name!r}; write e.g. enc1.self_attn, enc3.ffn, dec2.cross_attn")
+        stack, layer, kind = m.group(1), int(m.group(2)), m.group(3)
+        depth = encoder_layers if stack == "enc" else decoder_layers
+        if not 1 <= layer <= depth:
+            raise ValueError(f"--clsr-dedicated: {name} is outside layers 1..{depth} of the {stack}oder")
+        if stack == "enc" and kind == "cross_attn":
+            raise ValueError(f"--clsr-dedicated: {name}: the encoder has no cross-attention")
+    return names
+
+
+def gate_mode(cfg, name: str, layer: int, depth: int) -> str:
+    variant = str(cfg.clsr_variant)
+    if variant == "clsr":
+        return "learned"
+    if variant == "gate":
+        return "soft"
+    if variant == "language":
+        return "language"
+    if variant == "top-bottom":
+        return "language" if layer in (1, depth) else "shared"
+    if variant == "dedicated":
+        return "language" if name in cfg.clsr_dedicated_set else "shared"
+    return "shared"  # shared, ls-encoder-output
+
+
+class ClsrStack:
+    """What the layers of one stack share: the ids, the W_lang bank, the unit factory."""
+
+    def __init__(self, cfg, stack: str, languages, num_layers: int, bank: Optional[LanguageProjections]):
+        self.cfg, self.stack, self.languages, self.num_layers, self.bank = cfg, stack, languages, num_layers, bank
+        self.side = str(cfg.clsr_encoder_lang if stack == "enc" else cfg.clsr_decoder_lang)
+        self.next_layer = 0
+
+    def unit(self, layer: int, kind: str, shared: nn.Linear) -> ClsrUnit:
+        name = f"{self.stack}{layer}.{kind}"
+        dim = shared.out_features
+        own = self.bank is None
+        bank = LanguageProjections(self.cfg.num_languages, dim) if own else self.bank
+        return ClsrUnit(name, dim, self.cfg.clsr_gate_dim, gate_mode(self.cfg, name, layer, self.num_layers),
+                        shared, bank, self.languages, self.side, self.cfg.clsr_max_noise,
+                        self.cfg.clsr_noise_ramp_updates, owns_projections=own)
+
+
+class ClsrAttention(MultiheadAttention):
+    """fairseq attention whose output projection is a CLSR unit gated by the query."""
+
+    def __init__(self, *args, unit_factory, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.out_proj = unit_factory(self.out_proj)
+        # the fused torch path reads out_proj.weight directly; fairseq's own path calls out_proj
+        self.skip_embed_dim_check = True
+
+    def forward(self, query, key, value, *args, **kwargs):
+        self.out_proj.arm(query)
+        return super().forward(query, key, value, *args, **kwargs)
+
+
+class ArmingLinear(nn.Linear):
+    """fc1 that hands its input (the FFN sub-layer input) to the CLSR unit on top of fc2."""
+
+    def forward(self, x):
+        self.__dict__["unit"].arm(x)
+        return super().forward(x)
+
+
+class ClsrFfnOutput(nn.Module):
+    """fc2 followed by the CLSR unit: g * h W_lang + (1 - g) * (h W_shared + b)."""
+
+    def __init__(self, fc2: nn.Linear, unit: ClsrUnit):
+        super().__init__()
+        self.fc2, self.unit = fc2, unit
+        self.out_features = fc2.out_features
+
+    def forward(self, x):
+        return self.unit(self.fc2(x))
+
+
+class ClsrLayerMixin:
+    """What encoder and decoder layers share: their place in the stack and the FFN unit."""
+
+    def _enter_stack(self, stack: ClsrStack):
+        stack.next_layer += 1
+        self.clsr_stack, self.clsr_layer = stack, stack.next_layer
+
+    def _unit_factory(self, kind):
+        return lambda shared: self.clsr_stack.unit(self.clsr_layer, kind, shared)
+
+    def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
+        fc1 = ArmingLinear(input_dim, output_dim)
+        nn.init.xavier_uniform_(fc1.weight)
+        nn.init.zeros_(fc1.bias)
+        return fc1
+
+    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
+        fc2 = super().build_fc2(input_dim, output_dim, q_noise, qn_block_size)
+        shared = nn.Linear(output_dim, output_dim)  # W_shared (with bias) on top of fc2
+        nn.init.xavier_uniform_(shared.weight)
+        nn.init.zeros_(shared.bias)
+        unit = self._unit_factory("ffn")(shared)
+        self.__dict__["_ffn_unit"] = unit
+        return ClsrFfnOutput(fc2, unit)
+
+    def _link_ffn(self):
+        self.fc1.__dict__["unit"] = self.__dict__.pop("_ffn_unit")
+
+
+class ClsrEncoderLayer(ClsrLayerMixin, TransformerEncoderLayerBase):
+    def __init__(self, cfg, stack: ClsrStack):
+        self._enter_stack(stack)
+        super().__init__(cfg)
+        self._link_ffn()
+
+    def build_self_attention(self, embed_dim, cfg):
+        return ClsrAttention(embed_dim, cfg.encoder.attention_heads, dropout=cfg.attention_dropout,
+                             self_attention=True, q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size,
+                             xformers_att_config=cfg.encoder.xformers_att_config,
+                             unit_factory=self._unit_factory("self_attn"))
+
+
+class ClsrDecoderLayer(ClsrLayerMixin, TransformerDecoderLayerBase):
+    def __init__(self, cfg, stack: ClsrStack, no_encoder_attn=False):
+        self._enter_stack(stack)
+        super().__init__(cfg, no_encoder_attn)
+        self._link_ffn()
+
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        return ClsrAttention(embed_dim, cfg.decoder.attention_heads, dropout=cfg.attention_dropout,
+                             add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn,
+                             self_attention=not cfg.cross_self_attention, q_noise=self.quant_noise,
+                             qn_block_size=self.quant_noise_block_size,
+                             xformers_att_config=cfg.decoder.xformers_att_config,
+                             unit_factory=self._unit_factory("self_attn"))
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        return ClsrAttention(embed_dim, cfg.decoder.attention_heads, kdim=cfg.encoder.embed_dim,
+                             vdim=cfg.encoder.embed_dim, dropout=cfg.attention_dropout, encoder_decoder_attention=True,
+                             q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size,
+                             xformers_att_config=cfg.encoder.xformers_att_config,
+                             unit_factory=self._unit_factory("cross_attn"))
+
+
+def _stack_bank(cfg, dim):
+    return LanguageProjections(cfg.num_languages, dim) if str(cfg.clsr_lang_proj) == "stack" else None
+
+
+class ClsrEncoder(LanguageAwareEncoder):
+    def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
+        bank = _stack_bank(cfg, cfg.encoder.embed_dim)
+        self.clsr_stack = ClsrStack(cfg, "enc", None, cfg.encoder.layers, bank)
+        super().__init__(cfg, dictionary, embed_tokens, return_fc)
+        self.clsr_stack.languages = self.languages
+        self.lang_proj = bank  # registered once here, used by every encoder unit
+        self.output_unit = None
+        if str(cfg.clsr_variant) == "ls-encoder-output":
+            # Zhang et al. (2020b): a language-specific projection of the encoder output
+            self.output_unit = LanguageProjections(cfg.num_languages, cfg.encoder.embed_dim)
+
+    def build_encoder_layer(self, cfg):
+        self.clsr_stack.languages = self.languages
+        return ClsrEncoderLayer(cfg, self.clsr_stack)
+
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None,
+                src_lang_id=None, tgt_lang_id=None):
+        out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings,
+                              src_lang_id=src_lang_id, tgt_lang_id=tgt_lang_id)
+        if self.output_unit is not None:
+            ids = src_lang_id if self.clsr_stack.side == "src" else tgt_lang_id
+            out["encoder_out"] = [self.output_unit(out["encoder_out"][0], ids)]
+        return out
+
+
+class ClsrDecoder(LanguageAwareDecoder):
+    def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        bank = _stack_bank(cfg, cfg.decoder.embed_dim)
+        self.clsr_stack = ClsrStack(cfg, "dec", None, cfg.decoder.layers, bank)
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn, output_projection)
+        self.lang_proj = bank
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        self.clsr_stack.languages = self.languages
+        return ClsrDecoderLayer(cfg, self.clsr_stack, no_encoder_attn)
+
+
+@register_model("clsr_transformer")
+class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
+    config_class = ClsrTransformerConfig
+    encoder_class = ClsrEncoder
+    decoder_class = ClsrDecoder
+
+    @classmethod
+    def build_model(cls, args, task):
+        budget = float(getattr(args, "clsr_budget", 0.3))
+        if not 0.0 <= budget <= 1.0:
+            raise ValueError(f"--clsr-budget {budget} is outside [0, 1]: p is the share of open gates")
+        if getattr(args, "clsr_noise_ramp_updates", 0) in (0, None):
+            # alpha grows over the whole run (the authors' setting)
+            args.clsr_noise_ramp_updates = int(getattr(args, "max_update", 0) or 0)
+        model = super().build_model(args, task)
+        return model
+
+    @classmethod
+    def build_encoder(cls, cfg, src_dict, embed_tokens):
+        cfg.clsr_dedicated_set = set(parse_sublayers(cfg.clsr_dedicated, cfg.encoder.layers, cfg.decoder.layers))
+        if str(cfg.clsr_variant) == "dedicated" and not cfg.clsr_dedicated_set:
+            raise ValueError("--clsr-variant dedicated needs --clsr-dedicated (e.g. the list `langshare analyze clsr` prints)")
+        return super().build_encoder(cfg, src_dict, embed_tokens)
+
+    def clsr_units(self) -> List[ClsrUnit]:
+        return [m for m in self.modules() if isinstance(m, ClsrUnit)]
+
+    def auxiliary_outputs(self):
+        """Eq. 6: |sum of gates / number of gate decisions - p| over the batch, all learned units."""
+        cfg = self.cfg
+        learned = [u for u in self.clsr_units() if u.mode in ("learned", "soft") and u.last_gate_sum is not None]
+        if learned:
+            total = sum(u.last_gate_sum for u in learned)
+            count = sum(u.last_token_count for u in learned)
+            ratio = total / max(count, 1)
+            self.report_loss("budget", (ratio - cfg.clsr_budget).abs(), cfg.clsr_budget_weight)
+            self.report_stat("gate_open", ratio)
+            for stack in ("enc", "dec"):
+                part = [u for u in learned if u.name.startswith(stack)]
+                if part:
+                    n = max(sum(u.last_token_count for u in part), 1)
+                    self.report_stat(f"gate_open_{stack}", sum(u.last_gate_sum for u in part) / n)
+            self.report_stat("noise_alpha", learned[0].noise_scale())
+        for u in learned:
+            u.last_gate_sum = None
+        return super().auxiliary_outputs()
+
+
+@register_model_architecture("clsr_transformer", "clsr_transformer")
+def clsr_transformer(args):
+    """Transformer base (6+6, 512/2048, 8 heads), d_g = 128, as the paper."""
+    base_architecture(args)
+
+
+@register_model_architecture("clsr_transformer", "clsr_transformer_small")
+def clsr_transformer_small(args):
+    small_preset(args)
+    args.clsr_gate_dim = getattr(args, "clsr_gate_dim", 32)
+    base_architecture(args)
+
+
+@register_model_architecture("clsr_transformer", "clsr_transformer_tiny")
+def clsr_transformer_tiny(args):
+    tiny_preset(args)
+    args.clsr_gate_dim = getattr(args, "clsr_gate_dim", 8)
+    base_architecture(args)

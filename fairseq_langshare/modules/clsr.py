@@ -1,0 +1,145 @@
+"""Conditional language-specific routing (Zhang et al., ICLR 2021), the building blocks.
+
+A CLSR unit sits on a sub-layer's output projection (Eq. 3-4):
+
+    CLSR(f(z)) = g(z) * f(z) W^lang + (1 - g(z)) * f(z) W^shared
+
+with a token-level gate read from the sub-layer input z (Eq. 5):
+
+    G(z) = ReLU(z W1 + b) w2,   training: g = sigmoid(G + alpha(t) N(0, 1)),   inference: g = [G >= 0].
+
+``LanguageProjections`` holds the d x d matrices W^lang (no bias), one per language; the paper
+(footnote 3) shares one bank across all encoder sub-layers and one across the decoder.
+"""
+
+import math
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor, nn
+
+from .routing import LanguageIds, route_by_language
+from .schedules import ScheduledModule, linear_ramp
+
+__all__ = ["LanguageProjections", "ClsrGate", "ClsrUnit", "GATE_MODES"]
+
+# learned: hard gate with noise (CLSR); soft: sigmoid gate, no noise, continuous at inference
+# (CLSR-Gate); shared / language: gate fixed to 0 / 1 (CLSR-S / CLSR-L, Top-Bottom, Dedicated)
+GATE_MODES = ("learned", "soft", "shared", "language")
+
+
+class LanguageProjections(nn.Module):
+    """W^lang: one d x d matrix per language (Eq. 4), applied per sentence by language."""
+
+    def __init__(self, num_langs: int, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_langs, dim, dim))
+        bound = math.sqrt(6.0 / (2 * dim))  # xavier-uniform of each d x d matrix
+        nn.init.uniform_(self.weight, -bound, bound)
+
+    def forward(self, h: Tensor, lang_ids: Tensor) -> Tensor:
+        """h (T, B, d), lang_ids (B,) -> (T, B, d): each sentence through its language's matrix."""
+        return route_by_language(h, lang_ids, lambda lang, rows, _: rows @ self.weight[lang])
+
+    def tokens(self, h: Tensor, lang_ids: Tensor) -> Tensor:
+        """h (N, d) of N tokens with their languages (N,) -> (N, d)."""
+        return route_by_language(h, lang_ids, lambda lang, rows, _: rows @ self.weight[lang], batch_dim=0)
+
+
+class ClsrGate(nn.Module):
+    """G(z) = ReLU(z W1 + b) w2 (Eq. 5): a scalar logit per token."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.w2 = nn.Linear(hidden, 1, bias=False)
+        nn.init.xavier_uniform_(self.fc1.weight)
+        nn.init.zeros_(self.fc1.bias)
+        nn.init.xavier_uniform_(self.w2.weight)
+
+    def forward(self, z: Tensor) -> Tensor:
+        return self.w2(torch.relu(self.fc1(z))).squeeze(-1)
+
+
+class ClsrUnit(nn.Module, ScheduledModule):
+    """One CLSR unit: a gate on the sub-layer input and the shared/LS projections of its output.
+
+    Use: ``unit.arm(z)`` with the sub-layer input (T, B, d), then ``unit(h)`` on the sub-layer
+    output (T, B, d) within the same forward call. ``shared`` is the shared projection
+    (W^shared with its bias): the attention's own output projection, or a new d x d linear on
+    top of the FFN. Records the gate sum and token count of the last forward for the budget.
+    """
+
+    def __init__(self, name: str, dim: int, gate_dim: int, mode: str, shared: nn.Linear,
+                 projections: LanguageProjections, languages: LanguageIds, side: str,
+                 max_noise: float = 5.0, noise_ramp_updates: int = 0, owns_projections: bool = False):
+        super().__init__()
+        if mode not in GATE_MODES:
+            raise ValueError(f"CLSR gate mode must be one of {GATE_MODES}, got {mode!r}")
+        self.name, self.mode, self.side = name, mode, side
+        self.shared = shared
+        if owns_projections:
+            self.projections = projections
+        else:  # a bank shared by the whole stack, registered (and saved) once by its owner
+            self.__dict__["projections"] = projections
+        self.__dict__["languages"] = languages
+        self.gate = ClsrGate(dim, gate_dim) if mode in ("learned", "soft") else None
+        self.max_noise, self.noise_ramp_updates = max_noise, noise_ramp_updates
+        self._gates: Optional[Tensor] = None
+        self.last_gate_sum: Optional[Tensor] = None
+        self.last_token_count = 0
+        self.collect: Optional[Callable] = None  # analysis hook: fn(name, gates (T,B), lang_ids, mask)
+
+    def noise_scale(self) -> float:
+        """alpha(t): 0 at update 0, linear to ``max_noise`` at ``noise_ramp_updates``."""
+        return linear_ramp(self.num_updates, self.noise_ramp_updates, self.max_noise)
+
+    def arm(self, z: Tensor) -> None:
+        """Compute this forward call's gates (T, B) from the sub-layer input ``z``."""
+        if self.mode == "shared":
+            self._gates = z.new_zeros(z.shape[:2])
+        elif self.mode == "language":
+            self._gates = z.new_ones(z.shape[:2])
+        else:
+            logits = self.gate(z)
+            if self.mode == "soft":
+                self._gates = torch.sigmoid(logits)
+            elif self.training:
+                noise = torch.randn_like(logits) * self.noise_scale()
+                self._gates = torch.sigmoid(logits + noise)
+            else:
+                self._gates = (logits >= 0).to(z.dtype)
+        mask = self.languages.padding_mask(z.size(0))
+        keep = None if mask is None else (~mask).t().to(z.dtype)
+        gates = self._gates if keep is None else self._gates * keep
+        self.last_gate_sum = gates.sum()
+        self.last_token_count = int(keep.sum()) if keep is not None else z.size(0) * z.size(1)
+        if self.collect is not None:
+            self.collect(self.name, self._gates.detach(), self.languages.get(self.side), mask)
+
+    def forward(self, h: Tensor) -> Tensor:
+        gates, self._gates = self._gates, None
+        if gates is None:
+            raise RuntimeError(f"CLSR unit {self.name} used without arm(): call arm(z) with the sub-layer input first")
+        lang_ids = self.languages.get(self.side)
+        if self.mode == "shared":
+            return self.shared(h)
+        if self.mode == "language":
+            return self.projections(h, lang_ids)
+        if self.training or self.mode == "soft":
+            g = gates.unsqueeze(-1)
+            return g * self.projections(h, lang_ids) + (1 - g) * self.shared(h)
+        return self._hard_inference(h, gates.bool(), lang_ids)
+
+    def _hard_inference(self, h: Tensor, open_: Tensor, lang_ids: Tensor) -> Tensor:
+        """Each token runs only the projection its gate selects."""
+        if open_.all():
+            return self.projections(h, lang_ids)
+        if not open_.any():
+            return self.shared(h)
+        out = h.new_empty(h.shape[:2] + (self.shared.out_features,))
+        closed = ~open_
+        out[closed] = self.shared(h[closed])
+        t_idx, b_idx = open_.nonzero(as_tuple=True)
+        out[t_idx, b_idx] = self.projections.tokens(h[t_idx, b_idx], lang_ids[b_idx])
+        return out

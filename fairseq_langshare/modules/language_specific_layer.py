@@ -1,0 +1,466 @@
+"""Language-specific layers (LSL, Pires et al. 2023): a dictionary of per-language copies of
+a Transformer layer (or of one of its sub-layers) indexed by the source or the target language
+of each sentence, and the search-mode mixture of Eq. 1.
+
+Every per-language computation goes through ``route_by_language``: the rows of a batch are
+grouped by language, each language present runs its own copy once on its rows, and the rows are
+put back. A language absent from the batch runs nothing and gets no gradient.
+
+Layer specs use the paper's 1-based notation, e.g. ``SRC={3,4} & TGT={13,14,15}``
+(``parse_layer_spec``/``format_layer_spec``).
+
+Incremental decoding: a copy's attention modules cache keys/values for *its* rows only. The
+containers below keep those caches out of fairseq's way between calls (fairseq's beam-search
+reorder would index them with whole-batch row numbers) and reorder them themselves, mapping
+the batch-level ``new_order`` to each language's rows.
+"""
+
+import re
+from typing import Callable, Dict, List, Optional, Sequence
+
+import torch
+from fairseq.incremental_decoding_utils import FairseqIncrementalState
+from fairseq.modules import LayerNorm
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+from torch import Tensor, nn
+
+from .auxiliary import AuxiliaryReporter
+from .routing import LanguageIds, route_by_language
+
+__all__ = [
+    "LayerSpecError", "parse_layer_spec", "format_layer_spec",
+    "LanguageSpecificModule", "LanguageSpecificEncoderLayer", "LanguageSpecificDecoderLayer",
+    "LanguageSpecificAttention", "PartialLanguageSpecificEncoderLayer",
+    "PartialLanguageSpecificDecoderLayer", "MixedEncoderLayer", "COPIES", "MIX_KINDS",
+]
+
+COPIES = "per_lang"  # the name of the per-language ModuleList in every container (state-dict keys)
+SIDES = ("src", "tgt")
+MIX_KINDS = ("shared", "src", "tgt")  # Eq. 1's three branches, in the order of ``mix_logits``
+
+
+# --- the layer spec --------------------------------------------------------------------------
+
+class LayerSpecError(ValueError):
+    pass
+
+
+_SPEC_EXAMPLE = '"SRC={1,2} & TGT={4}"'
+_PART = re.compile(r"^\s*(SRC|TGT)\s*=\s*(\{[^{}]*\}|∅|\{\s*\}|none|empty)\s*$", re.IGNORECASE)
+
+
+def _parse_numbers(body: str, spec: str, flag: str) -> List[int]:
+    body = body.strip()
+    if body.lower() in ("∅", "none", "empty"):
+        return []
+    body = body[1:-1].strip()
+    numbers: List[int] = []
+    if not body:
+        return numbers
+    for item in body.split(","):
+        item = item.strip()
+        m = re.fullmatch(r"(\d+)\s*(?:-\s*(\d+))?", item)
+        if not m:
+            raise LayerSpecError(
+                f"{flag} {spec!r}: {item!r} is not a layer number or range; write 1-based numbers "
+                f"and ranges like {_SPEC_EXAMPLE} or \"TGT={{13-16}}\""
+            )
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise LayerSpecError(f"{flag} {spec!r}: range {item!r} runs backwards; write it as {hi}-{lo}")
+        numbers.extend(range(lo, hi + 1))
+    return numbers
+
+
+def parse_layer_spec(spec: Optional[str], num_layers: int, flag: str = "--lsl-encoder-layers",
+                     layer_flag: str = "--encoder-layers") -> List[Optional[str]]:
+    """``"SRC={1,2} & TGT={4}"`` -> ``["src", "src", None, "tgt"]`` for 4 layers (1-based in,
+    one entry per layer out: ``None`` shared, ``"src"``/``"tgt"`` the indexing language).
+    Every problem is one ``LayerSpecError`` line naming the problem and the fix."""
+    sides: List[Optional[str]] = [None] * num_layers
+    if spec is None or not str(spec).strip():
+        return sides
+    spec = str(spec)
+    seen = {}
+    for part in re.split(r"&|;", spec):
+        m = _PART.match(part)
+        if not m:
+            raise LayerSpecError(
+                f"{flag} {spec!r}: malformed layer spec at {part.strip()!r}; expected "
+                f"{_SPEC_EXAMPLE} (1-based layer numbers, SRC and/or TGT joined by &)"
+            )
+        side = m.group(1).lower()
+        if side in seen:
+            raise LayerSpecError(f"{flag} {spec!r}: {side.upper()} is given twice; list all its layers in one set")
+        seen[side] = _parse_numbers(m.group(2), spec, flag)
+    for side, numbers in seen.items():
+        for n in numbers:
+            if not 1 <= n <= num_layers:
+                raise LayerSpecError(
+                    f"{flag} {spec!r}: layer {n} is out of range: there are {num_layers} layers, numbered "
+                    f"1..{num_layers} (the paper's 1-based notation); use numbers in 1..{num_layers} or change {layer_flag}"
+                )
+    both = sorted(set(seen.get("src", [])) & set(seen.get("tgt", [])))
+    if both:
+        raise LayerSpecError(
+            f"{flag} {spec!r}: layer {both[0]} is in both SRC and TGT; a language-specific layer is indexed "
+            f"by one language: remove it from one of the two sets"
+        )
+    for side, numbers in seen.items():
+        for n in numbers:
+            sides[n - 1] = side
+    return sides
+
+
+def format_layer_spec(sides: Sequence[Optional[str]]) -> str:
+    """Inverse of ``parse_layer_spec``: ``["src", None, "tgt"]`` -> ``"SRC={1} & TGT={3}"``."""
+    def fmt(side):
+        return "{" + ",".join(str(i + 1) for i, s in enumerate(sides) if s == side) + "}"
+    return f"SRC={fmt('src')} & TGT={fmt('tgt')}"
+
+
+# --- routing helpers -------------------------------------------------------------------------
+
+def _check_ids(lang_ids: Tensor, num_langs: int) -> None:
+    if lang_ids.numel() and (int(lang_ids.max()) >= num_langs or int(lang_ids.min()) < 0):
+        raise IndexError(
+            f"language id {int(lang_ids.max())} has no language-specific weights: the layer holds "
+            f"{num_langs} languages (the --langs inventory it was built with); decode with the same --langs"
+        )
+
+
+def _route_rows(lang_ids: Tensor, fn: Callable[[int, Tensor], Tensor]) -> Tensor:
+    """``route_by_language`` over row numbers, for computations with several per-row inputs:
+    ``fn(lang, rows)`` gathers what it needs and returns a tensor whose dim 0 is ``rows``."""
+    rows = torch.arange(lang_ids.numel(), device=lang_ids.device)
+    return route_by_language(rows, lang_ids, lambda lang, r, _: fn(lang, r), batch_dim=0)
+
+
+def _take(t: Optional[Tensor], rows: Tensor, dim: int, whole: bool) -> Optional[Tensor]:
+    if t is None or whole:
+        return t
+    return t.index_select(dim, rows)
+
+
+def _pack(x: Tensor, attn: Optional[Tensor], head_dim_first: bool):
+    """(T, b, C) output and optional attention weights -> one (b, ...) tensor for routing."""
+    parts = [x.transpose(0, 1).reshape(x.size(1), -1)]
+    if attn is not None:
+        a = attn.transpose(0, 1) if head_dim_first else attn  # (H, b, T, S) -> (b, H, T, S)
+        parts.append(a.reshape(a.size(0), -1).to(x.dtype))
+    return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+
+def _unpack(packed: Tensor, x_shape, attn_shape, head_dim_first: bool, attn_dtype):
+    T, _, C = x_shape
+    B = packed.size(0)
+    x = packed[:, : T * C].reshape(B, T, C).transpose(0, 1).contiguous()
+    if attn_shape is None:
+        return x, None
+    a = packed[:, T * C:].reshape(B, *attn_shape).to(attn_dtype)
+    return x, (a.transpose(0, 1).contiguous() if head_dim_first else a)
+
+
+class _LanguageCopies(nn.Module):
+    """Holds ``per_lang``, one module per language of the inventory, indexed by ``side``."""
+
+    def __init__(self, copies: Sequence[nn.Module], languages: LanguageIds, side: Optional[str]):
+        super().__init__()
+        if side is not None and side not in SIDES:
+            raise ValueError(f"side must be 'src' or 'tgt', got {side!r}")
+        setattr(self, COPIES, nn.ModuleList(copies))
+        self.languages = languages
+        self.side = side
+
+    @property
+    def copies(self) -> nn.ModuleList:
+        return getattr(self, COPIES)
+
+    @property
+    def num_langs(self) -> int:
+        return len(self.copies)
+
+    def lang_ids(self, side: Optional[str] = None) -> Tensor:
+        side = side or self.side
+        if side is None:
+            raise ValueError("this language-specific layer has no default side: pass side='src' or 'tgt'")
+        ids = self.languages.get(side)
+        _check_ids(ids, self.num_langs)
+        return ids
+
+    def extra_repr(self) -> str:
+        return f"side={self.side}, languages={self.num_langs}"
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        for lang, copy in enumerate(self.copies):
+            if hasattr(copy, "upgrade_state_dict_named"):
+                copy.upgrade_state_dict_named(state_dict, f"{name}.{COPIES}.{lang}")
+
+
+class LanguageSpecificModule(_LanguageCopies):
+    """Per-language copies of a module mapping (T, B, C) -> (T, B, C') (a Linear, a LayerNorm)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return route_by_language(x, self.lang_ids(), lambda lang, xl, _: self.copies[lang](xl), batch_dim=1)
+
+
+class LanguageSpecificEncoderLayer(_LanguageCopies):
+    """The paper's LSL (Figure 1b): one encoder layer per language, indexed by ``side``."""
+
+    def forward(self, x: Tensor, encoder_padding_mask: Optional[Tensor] = None,
+                attn_mask: Optional[Tensor] = None, side: Optional[str] = None) -> Tensor:
+        return route_by_language(
+            x, self.lang_ids(side),
+            lambda lang, xl, mask: self.copies[lang](xl, encoder_padding_mask=mask, attn_mask=attn_mask),
+            padding_mask=encoder_padding_mask, batch_dim=1,
+        )
+
+
+class _IncrementalRouting(FairseqIncrementalState):
+    """Keeps each language copy's incremental state (attention caches holding that language's
+    rows only) out of fairseq's batch-level reorder, and reorders it per language."""
+
+    def _prefixes(self, lang: int):
+        return {m._incremental_state_id for m in self.copies[lang].modules() if isinstance(m, FairseqIncrementalState)}
+
+    def _stash_key(self, lang: int) -> str:
+        return self._get_full_incremental_state_key(f"lang{lang}")
+
+    def _restore(self, lang: int, incremental_state) -> None:
+        incremental_state.update(incremental_state.get(self._stash_key(lang)) or {})
+
+    def _stash(self, lang: int, incremental_state) -> None:
+        prefixes = self._prefixes(lang)
+        moved = {k: incremental_state.pop(k) for k in list(incremental_state) if k.split(".", 1)[0] in prefixes}
+        incremental_state[self._stash_key(lang)] = moved
+
+    def _check_layout(self, incremental_state, lang_ids: Tensor) -> None:
+        layout = self.get_incremental_state(incremental_state, "layout")
+        if layout is not None and not torch.equal(layout["lang_ids"], lang_ids):
+            raise RuntimeError(
+                "language-specific decoder layer: the rows changed languages since the last decoding step "
+                "without reorder_incremental_state (the encoder_out language ids must be reordered with the state)"
+            )
+        self.set_incremental_state(incremental_state, "layout", {"lang_ids": lang_ids})
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        layout = self.get_incremental_state(incremental_state, "layout")
+        if layout is None:
+            return incremental_state
+        old = layout["lang_ids"]
+        new = old.index_select(0, new_order)
+        for lang in torch.unique(old).tolist():
+            if self._stash_key(lang) not in incremental_state:
+                continue
+            position = old.eq(lang).long().cumsum(0) - 1  # row -> its row number among `lang`'s rows
+            sub_order = position.index_select(0, new_order.masked_select(new.eq(lang)))
+            self._restore(lang, incremental_state)
+            for module in self.copies[lang].modules():
+                if isinstance(module, FairseqIncrementalState) and hasattr(module, "reorder_incremental_state"):
+                    module.reorder_incremental_state(incremental_state, sub_order)
+            self._stash(lang, incremental_state)
+        self.set_incremental_state(incremental_state, "layout", {"lang_ids": new})
+        return incremental_state
+
+
+class LanguageSpecificDecoderLayer(_LanguageCopies, _IncrementalRouting):
+    """One decoder layer per language (decoder LSLs; every layer of a separate decoder)."""
+
+    def __init__(self, copies, languages, side):
+        super().__init__(copies, languages, side)
+        self.init_incremental_state()
+
+    def forward(self, x, encoder_out: Optional[Tensor] = None, encoder_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict] = None, prev_self_attn_state=None, prev_attn_state=None,
+                self_attn_mask: Optional[Tensor] = None, self_attn_padding_mask: Optional[Tensor] = None,
+                need_attn: bool = False, need_head_weights: bool = False):
+        if prev_self_attn_state is not None or prev_attn_state is not None:
+            raise NotImplementedError("language-specific decoder layers do not take prev_self_attn_state/prev_attn_state")
+        ids = self.lang_ids()
+        if incremental_state is not None:
+            self._check_layout(incremental_state, ids)
+        B = x.size(1)
+        attn_meta = {}
+
+        def run(lang, rows):
+            whole = rows.numel() == B
+            if incremental_state is not None:
+                self._restore(lang, incremental_state)
+            y, attn, _ = self.copies[lang](
+                _take(x, rows, 1, whole), _take(encoder_out, rows, 1, whole),
+                _take(encoder_padding_mask, rows, 0, whole), incremental_state,
+                self_attn_mask=self_attn_mask, self_attn_padding_mask=_take(self_attn_padding_mask, rows, 0, whole),
+                need_attn=need_attn, need_head_weights=need_head_weights,
+            )
+            if incremental_state is not None:
+                self._stash(lang, incremental_state)
+            if attn is not None:
+                a = attn.transpose(0, 1) if need_head_weights else attn
+                attn_meta.update(shape=tuple(a.shape[1:]), dtype=attn.dtype)
+            return _pack(y, attn, need_head_weights)
+
+        packed = _route_rows(ids, run)
+        return (*_unpack(packed, x.shape, attn_meta.get("shape"), need_head_weights, attn_meta.get("dtype")), None)
+
+
+class LanguageSpecificAttention(_LanguageCopies, _IncrementalRouting):
+    """Per-language copies of a ``MultiheadAttention`` (LS-ATTENTION), same call signature."""
+
+    def __init__(self, copies, languages, side):
+        super().__init__(copies, languages, side)
+        self.init_incremental_state()
+        first = copies[0]
+        self.num_heads, self.head_dim, self.embed_dim = first.num_heads, first.head_dim, first.embed_dim
+
+    def _get_input_buffer(self, incremental_state):
+        return {}  # the caches live in the copies (only read by cross_self_attention, unsupported)
+
+    def forward(self, query, key: Optional[Tensor], value: Optional[Tensor], key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict] = None, need_weights: bool = True, static_kv: bool = False,
+                attn_mask: Optional[Tensor] = None, before_softmax: bool = False, need_head_weights: bool = False):
+        if before_softmax:
+            raise NotImplementedError("language-specific attention does not support before_softmax")
+        ids = self.lang_ids()
+        if incremental_state is not None:
+            self._check_layout(incremental_state, ids)
+        B = query.size(1)
+        attn_meta = {}
+
+        def run(lang, rows):
+            whole = rows.numel() == B
+            if incremental_state is not None:
+                self._restore(lang, incremental_state)
+            y, attn = self.copies[lang](
+                query=_take(query, rows, 1, whole), key=_take(key, rows, 1, whole), value=_take(value, rows, 1, whole),
+                key_padding_mask=_take(key_padding_mask, rows, 0, whole), incremental_state=incremental_state,
+                need_weights=need_weights, static_kv=static_kv, attn_mask=attn_mask, need_head_weights=need_head_weights,
+            )
+            if incremental_state is not None:
+                self._stash(lang, incremental_state)
+            if attn is not None:
+                a = attn.transpose(0, 1) if need_head_weights else attn
+                attn_meta.update(shape=tuple(a.shape[1:]), dtype=attn.dtype)
+            return _pack(y, attn, need_head_weights)
+
+        packed = _route_rows(ids, run)
+        T, _, C = query.shape
+        return _unpack(packed, (T, B, self.copies[0].embed_dim), attn_meta.get("shape"), need_head_weights,
+                       attn_meta.get("dtype"))
+
+
+# --- LS-FFN / LS-ATTENTION: a layer whose FFN or attention sub-layer is language-specific -----
+
+def _layer_norms(dim, cfg, n):
+    return [LayerNorm(dim, export=cfg.export) for _ in range(n)]
+
+
+class PartialLanguageSpecificEncoderLayer(TransformerEncoderLayerBase):
+    """An encoder layer whose FFN block (``component="ffn"``: fc1, fc2, final_layer_norm) or
+    self-attention block (``"attention"``: self_attn, self_attn_layer_norm) has one copy per
+    language; the rest is shared. Built through fairseq's ``build_fc1/fc2/self_attention`` hooks,
+    so fairseq's forward runs unchanged."""
+
+    def __init__(self, cfg, languages: LanguageIds, side: str, num_langs: int, component: str):
+        if component not in ("ffn", "attention"):
+            raise ValueError(f"component must be 'ffn' or 'attention', got {component!r}")
+        self.languages, self.side, self.num_langs, self.component = languages, side, num_langs, component
+        super().__init__(cfg)
+        if component == "ffn":
+            self.final_layer_norm = LanguageSpecificModule(_layer_norms(self.embed_dim, cfg, num_langs), languages, side)
+        else:
+            self.self_attn_layer_norm = LanguageSpecificModule(_layer_norms(self.embed_dim, cfg, num_langs), languages, side)
+
+    def _per_lang(self, build, wrapper=LanguageSpecificModule):
+        return wrapper([build() for _ in range(self.num_langs)], self.languages, self.side)
+
+    def build_fc1(self, *args):
+        parent = super(PartialLanguageSpecificEncoderLayer, self).build_fc1
+        return self._per_lang(lambda: parent(*args)) if self.component == "ffn" else parent(*args)
+
+    def build_fc2(self, *args):
+        parent = super(PartialLanguageSpecificEncoderLayer, self).build_fc2
+        return self._per_lang(lambda: parent(*args)) if self.component == "ffn" else parent(*args)
+
+    def build_self_attention(self, embed_dim, cfg):
+        parent = super(PartialLanguageSpecificEncoderLayer, self).build_self_attention
+        if self.component != "attention":
+            return parent(embed_dim, cfg)
+        return self._per_lang(lambda: parent(embed_dim, cfg), LanguageSpecificAttention)
+
+
+class PartialLanguageSpecificDecoderLayer(TransformerDecoderLayerBase):
+    """Decoder counterpart: ``"ffn"`` makes fc1, fc2, final_layer_norm language-specific;
+    ``"attention"`` makes self-attention and encoder attention (with their layer norms)
+    language-specific."""
+
+    def __init__(self, cfg, languages: LanguageIds, side: str, num_langs: int, component: str,
+                 no_encoder_attn=False):
+        if component not in ("ffn", "attention"):
+            raise ValueError(f"component must be 'ffn' or 'attention', got {component!r}")
+        if cfg.cross_self_attention:
+            raise ValueError("language-specific decoder sub-layers do not support --cross-self-attention")
+        self.languages, self.side, self.num_langs, self.component = languages, side, num_langs, component
+        super().__init__(cfg, no_encoder_attn=no_encoder_attn)
+        norms = lambda: LanguageSpecificModule(_layer_norms(self.embed_dim, cfg, num_langs), languages, side)  # noqa: E731
+        if component == "ffn":
+            self.final_layer_norm = norms()
+        else:
+            self.self_attn_layer_norm = norms()
+            if self.encoder_attn_layer_norm is not None:
+                self.encoder_attn_layer_norm = norms()
+
+    def _per_lang(self, build, wrapper=LanguageSpecificModule):
+        return wrapper([build() for _ in range(self.num_langs)], self.languages, self.side)
+
+    def build_fc1(self, *args):
+        parent = super(PartialLanguageSpecificDecoderLayer, self).build_fc1
+        return self._per_lang(lambda: parent(*args)) if self.component == "ffn" else parent(*args)
+
+    def build_fc2(self, *args):
+        parent = super(PartialLanguageSpecificDecoderLayer, self).build_fc2
+        return self._per_lang(lambda: parent(*args)) if self.component == "ffn" else parent(*args)
+
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        parent = super(PartialLanguageSpecificDecoderLayer, self).build_self_attention
+        build = lambda: parent(embed_dim, cfg, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn)  # noqa: E731
+        return self._per_lang(build, LanguageSpecificAttention) if self.component == "attention" else build()
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        parent = super(PartialLanguageSpecificDecoderLayer, self).build_encoder_attention
+        if self.component != "attention":
+            return parent(embed_dim, cfg)
+        return self._per_lang(lambda: parent(embed_dim, cfg), LanguageSpecificAttention)
+
+
+# --- search mode (Eq. 1) ---------------------------------------------------------------------
+
+class MixedEncoderLayer(nn.Module, AuxiliaryReporter):
+    """Eq. 1: h_i = w_shared * layer_shared(h) + w_src * LSL(h, src) + w_tgt * LSL(h, tgt), with
+    (w_shared, w_src, w_tgt) = softmax(mix_logits). ``mix_logits`` start at zero (uniform
+    weights); the weights are reported as statistics ``lsl_mix_<layer>_<kind>``."""
+
+    def __init__(self, shared: nn.Module, specific: LanguageSpecificEncoderLayer, layer_number: int):
+        super().__init__()
+        self.shared = shared
+        self.specific = specific
+        self.layer_number = layer_number  # 1-based, as in the paper
+        self.mix_logits = nn.Parameter(torch.empty(len(MIX_KINDS)))
+        nn.init.zeros_(self.mix_logits)
+
+    def mixing_weights(self) -> Tensor:
+        return torch.softmax(self.mix_logits.float(), dim=0)
+
+    def forward(self, x: Tensor, encoder_padding_mask: Optional[Tensor] = None, attn_mask: Optional[Tensor] = None):
+        w = self.mixing_weights()
+        for kind, value in zip(MIX_KINDS, w.detach()):
+            self.report_stat(f"lsl_mix_{self.layer_number:02d}_{kind}", value)
+        w = w.to(x.dtype)
+        shared = self.shared(x, encoder_padding_mask=encoder_padding_mask, attn_mask=attn_mask)
+        src = self.specific(x, encoder_padding_mask, attn_mask, side="src")
+        tgt = self.specific(x, encoder_padding_mask, attn_mask, side="tgt")
+        return w[0] * shared + w[1] * src + w[2] * tgt
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        if hasattr(self.shared, "upgrade_state_dict_named"):
+            self.shared.upgrade_state_dict_named(state_dict, f"{name}.shared")
+        self.specific.upgrade_state_dict_named(state_dict, f"{name}.specific")

@@ -1,0 +1,103 @@
+"""The benchmark harness on the tiny corpus, through its command line: every metric for both
+configurations, ratios B/A of the medians, parameter counts, the markdown table.
+No timing assertions beyond positivity."""
+
+import json
+import os
+import shlex
+import sys
+
+import pytest
+
+from tiny_corpus import build_task_and_model
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:  # benchmarks/ is a top-level directory of the repository, not installed
+    sys.path.insert(0, REPO)
+
+from benchmarks import harness, report, run  # noqa: E402
+
+A = ["--arch", "langshare_transformer_tiny", "--share-all-embeddings"]
+B = ["--arch", "transformer", "--share-all-embeddings", "--encoder-layers", "2", "--decoder-layers", "2",
+     "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-attention-heads", "2",
+     "--decoder-attention-heads", "2", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64"]
+METRICS = list(report.METRICS)
+
+
+@pytest.fixture(scope="module")
+def outcome(corpus, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench")
+    doc, out_json = tmp / "benchmarks.md", tmp / "tiny.json"
+    code = run.main([
+        "--name", "tiny", "--data", str(corpus["bin"]), "--langs", ",".join(corpus["langs"]),
+        "--lang-pairs", ",".join(corpus["pairs"]), "--a", shlex.join(A), "--b", shlex.join(B),
+        "--reps", "2", "--warmup", "1", "--max-tokens", "512", "--train-batches", "3",
+        "--decode-sentences", "12", "--decode-single-sentences", "3", "--decode-batch-size", "12",
+        "--memory-reps", "1", "--out-json", str(out_json), "--doc", str(doc),
+    ])
+    assert code == 0
+    return json.loads(out_json.read_text()), doc.read_text()
+
+
+def test_every_metric_for_both_configurations(outcome):
+    result, _ = outcome
+    assert set(result["metrics"]) == set(METRICS)
+    for name, entry in result["metrics"].items():
+        for key in ("A", "B"):
+            stats = entry[key]
+            assert stats["median"] > 0 and stats["min"] > 0, (name, key)
+            assert stats["q1"] <= stats["median"] <= stats["q3"]
+        if name in report.TIMED_METRICS:
+            assert entry["A"]["n"] == entry["B"]["n"] == 2
+            assert entry["cpu_time"]["A"]["median"] > 0 and entry["cpu_time"]["B"]["median"] > 0
+
+
+def test_ratios_are_b_over_a_of_the_medians(outcome):
+    result, _ = outcome
+    for entry in result["metrics"].values():
+        assert entry["ratio"] == pytest.approx(entry["B"]["median"] / entry["A"]["median"])
+        if "cpu_time" in entry:
+            cpu = entry["cpu_time"]
+            assert cpu["ratio"] == pytest.approx(cpu["B"]["median"] / cpu["A"]["median"])
+
+
+def test_parameter_counts(outcome, corpus):
+    result, _ = outcome
+    expected = {}
+    for key, flags in (("A", A), ("B", B)):
+        _, model, _ = build_task_and_model(corpus, arch=flags[1], extra=flags[2:])
+        expected[key] = sum(p.numel() for p in model.parameters())
+        assert result["metrics"]["params_total"][key]["median"] == expected[key]
+        assert set(result["params"][key]["effective"].values()) == {expected[key]}  # no effective_parameters()
+    assert expected["A"] == expected["B"]
+    assert result["metrics"]["params_total"]["ratio"] == 1.0
+
+
+def test_same_batches_and_language_ids_dropped_only_where_needed(outcome):
+    result, _ = outcome
+    assert result["configs"]["A"]["lang_ids_dropped_from"] == []
+    assert result["configs"]["B"]["lang_ids_dropped_from"] == ["model.forward", "encoder.forward"]
+    # same initialisation, same batches, same dropout seeds: the same computation, the same losses
+    losses = result["train_loss_per_rep"]
+    assert len(losses["A"]) == 3 and losses["A"] == pytest.approx(losses["B"], rel=1e-4)
+
+
+def test_markdown_table(outcome):
+    result, text = outcome
+    assert text.startswith("# Benchmarks")
+    assert "## tiny (" in text and "| metric | A: median (IQR) | B: median (IQR) | B / A |" in text
+    for entry in result["metrics"].values():
+        assert f"| {entry['label']} [{entry['unit']}] |" in text
+    assert f"`{shlex.join(B)}`" in text and "torch " in text and "fairseq " in text
+
+
+def test_accepts_lang_ids_reads_the_signature():
+    def plain(src_tokens, src_lengths, prev_output_tokens):
+        return prev_output_tokens
+
+    def aware(src_tokens, src_lang_id=None, tgt_lang_id=None):
+        return src_tokens
+
+    assert not harness.accepts_lang_ids(plain) and harness.accepts_lang_ids(aware)
+    dropping = harness._dropping_lang_ids(plain)
+    assert dropping(1, 2, 3, src_lang_id=4, tgt_lang_id=5) == 3

@@ -1,0 +1,200 @@
+"""clsr_transformer: gates, noise schedule, budget, variants, per-sentence routing."""
+
+import pytest
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_langshare.modules.clsr import ClsrUnit
+from test_language_aware_model import collate, mixed_indices, row_keys
+from tiny_corpus import build_task_and_model
+
+RAMP = 100
+
+
+def build(corpus, *extra, pairs=None):
+    task, model, args = build_task_and_model(
+        corpus, arch="clsr_transformer_tiny", pairs=pairs,
+        extra=["--clsr-encoder-lang", "tgt", "--max-update", str(RAMP), "--dropout", "0.0", *extra])
+    task.load_dataset("valid")
+    return task, model
+
+
+@pytest.fixture(scope="module")
+def clsr(corpus):
+    return build(corpus)
+
+
+def units(model):
+    return [m for m in model.modules() if isinstance(m, ClsrUnit)]
+
+
+def test_a_unit_after_every_sublayer(clsr):
+    _, model = clsr
+    names = sorted(u.name for u in units(model))
+    expected = sorted([f"enc{l}.{k}" for l in (1, 2) for k in ("self_attn", "ffn")]
+                      + [f"dec{l}.{k}" for l in (1, 2) for k in ("self_attn", "cross_attn", "ffn")])
+    assert names == expected
+    # one W_lang bank per stack (the paper's footnote 3), one matrix per language
+    banks = {id(u.projections) for u in units(model)}
+    assert len(banks) == 2 and model.encoder.lang_proj.weight.shape == (3, 32, 32)
+
+
+def test_noise_schedule_is_a_function_of_updates(clsr):
+    _, model = clsr
+    unit = units(model)[0]
+    for n, alpha in ((0, 0.0), (RAMP // 2, 2.5), (RAMP, 5.0), (3 * RAMP, 5.0)):
+        model.set_num_updates(n)
+        assert unit.noise_scale() == pytest.approx(alpha)
+
+
+def test_no_noise_at_update_zero_and_in_eval(clsr):
+    task, model = clsr
+    batch = collate(task, mixed_indices(task))
+    gates = {}
+
+    def record(name, g, ids, mask):
+        gates.setdefault(name, []).append(g.clone())
+
+    for u in units(model):
+        u.collect = record
+    try:
+        model.train()
+        model.set_num_updates(0)
+        model(**batch["net_input"]), model(**batch["net_input"])
+        for name, (g1, g2) in gates.items():
+            torch.testing.assert_close(g1, g2)  # alpha(0) = 0: no noise yet
+        gates.clear()
+        model.set_num_updates(RAMP)
+        model(**batch["net_input"]), model(**batch["net_input"])
+        assert any(not torch.equal(g1, g2) for g1, g2 in gates.values())  # noise at alpha = 5
+        gates.clear()
+        model.eval()
+        model(**batch["net_input"])
+        for name, (g,) in gates.items():
+            assert set(g.unique().tolist()) <= {0.0, 1.0}  # hard [G >= 0]
+    finally:
+        for u in units(model):
+            u.collect = None
+        model.auxiliary_outputs()
+
+
+def test_inference_gate_is_G_nonnegative_and_hard_path_matches_the_formula(clsr):
+    _, model = clsr
+    model.eval()
+    unit = units(model)[0]
+    z, h = torch.randn(5, 3, 32), torch.randn(5, 3, 32)
+    ids = torch.tensor([0, 2, 1])
+    with unit.languages.bind(src=ids, tgt=ids):
+        unit.arm(z)
+        hard = unit(h)
+    g = (unit.gate(z) >= 0).float().unsqueeze(-1)
+    expected = g * unit.projections(h, ids) + (1 - g) * unit.shared(h)
+    torch.testing.assert_close(hard, expected)
+    assert 0 < g.mean() < 1, "test needs both open and closed gates"
+
+
+def test_budget_counts_non_pad_tokens_only(clsr):
+    task, model = clsr
+    model.train()
+    batch = collate(task, mixed_indices(task))
+    seen = {}
+    unit = units(model)[0]  # an encoder unit
+    unit.collect = lambda name, g, ids, mask: seen.update(g=g, mask=mask)
+    model(**batch["net_input"])
+    unit.collect = None
+    assert seen["mask"] is not None and seen["mask"].any()
+    assert float(unit.last_gate_sum) == pytest.approx(float(seen["g"][~seen["mask"].t()].sum()), rel=1e-5)
+    assert float(unit.last_gate_sum) < float(seen["g"].sum())  # padding gates were left out
+    src_real = batch["net_input"]["src_tokens"].ne(task.source_dictionary.pad()).sum().item()
+    tgt_real = batch["net_input"]["prev_output_tokens"].ne(task.target_dictionary.pad()).sum().item()
+    counts = {u.name: u.last_token_count for u in units(model)}
+    assert batch["net_input"]["src_tokens"].eq(task.source_dictionary.pad()).any()
+    for name, count in counts.items():
+        assert count == (src_real if name.startswith("enc") else tgt_real), name
+    # masked gate sums by hand: only non-pad tokens count (Eq. 6 denominator: |X||M_enc| + |Y||M_dec|)
+    open_sum = sum(float(u.last_gate_sum) for u in units(model))
+    losses, stats = model.auxiliary_outputs()
+    assert stats["gate_open"] == pytest.approx(open_sum / (4 * src_real + 6 * tgt_real), rel=1e-5)
+    value, weight = losses["budget"]
+    assert value.item() == pytest.approx(abs(stats["gate_open"] - 0.3), abs=1e-6) and weight == 1.0
+
+
+@pytest.mark.parametrize("variant,uses_lang,uses_shared", [("shared", False, True), ("language", True, False)])
+def test_fixed_gate_variants(corpus, variant, uses_lang, uses_shared):
+    task, model = build(corpus, "--clsr-variant", variant)
+    model.train()
+    batch = collate(task, mixed_indices(task))
+    model(**batch["net_input"])[0].sum().backward()
+    lang_grad = model.encoder.lang_proj.weight.grad
+    shared_grads = [u.shared.weight.grad for u in units(model)]
+    assert (lang_grad is not None and lang_grad.abs().sum() > 0) == uses_lang
+    assert all((g is not None and g.abs().sum() > 0) == uses_shared for g in shared_grads)
+    losses, _ = model.auxiliary_outputs()
+    assert "budget" not in losses  # fixed gates are not regularized
+
+
+def test_absent_languages_get_no_gradient(clsr):
+    task, model = clsr
+    model.train()
+    model.zero_grad()
+    batch = collate(task, [0, 1, 2])  # en-xx only: target-indexed W_lang of yy unused
+    model(**batch["net_input"])[0].sum().backward()
+    model.auxiliary_outputs()
+    grad = model.decoder.lang_proj.weight.grad
+    yy, xx = task.inventory.id("yy"), task.inventory.id("xx")
+    assert grad[yy].abs().sum() == 0 and grad[xx].abs().sum() > 0
+    model.zero_grad()
+
+
+@pytest.mark.parametrize("pairs", [None, ["en-xx", "en-yy", "xx-yy"]])
+def test_mixed_batch_invariance_and_beam_search(corpus, pairs):
+    task, model = build(corpus, pairs=pairs)
+    model.eval()
+    batch = collate(task, mixed_indices(task))
+    mixed = dict(zip(row_keys(task, batch), model(**batch["net_input"])[0]))
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=10)
+    hyps = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), gen.generate([model], batch))}
+    for i in mixed_indices(task):
+        alone = collate(task, [i])
+        key = row_keys(task, alone)[0]
+        n = alone["target"].size(1)
+        torch.testing.assert_close(mixed[key][:n], model(**alone["net_input"])[0][0], atol=1e-5, rtol=1e-4)
+        assert gen.generate([model], alone)[0][0]["tokens"].tolist() == hyps[key]
+
+
+def test_incremental_decoding_equals_full_decoding(clsr):
+    task, model = clsr
+    model.eval()
+    batch = collate(task, mixed_indices(task))
+    ni = batch["net_input"]
+    enc = model.encoder(ni["src_tokens"], ni["src_lengths"], src_lang_id=ni["src_lang_id"], tgt_lang_id=ni["tgt_lang_id"])
+    prev = ni["prev_output_tokens"]
+    full = model.decoder(prev, encoder_out=enc)[0]
+    state = {}
+    steps = torch.cat([model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0]
+                       for t in range(prev.size(1))], dim=1)
+    real = prev.ne(task.target_dictionary.pad())
+    torch.testing.assert_close(steps[real], full[real], atol=1e-5, rtol=1e-4)
+
+
+def test_variants_build_and_derived_flags(corpus):
+    _, model = build(corpus, "--clsr-variant", "top-bottom")
+    modes = {u.name: u.mode for u in units(model)}
+    assert all(m == "language" for m in modes.values())  # 2-layer stacks: every layer is top or bottom
+    _, model = build(corpus, "--clsr-variant", "dedicated", "--clsr-dedicated", "enc1.ffn,dec2.cross_attn")
+    assert {n for n, m in ((u.name, u.mode) for u in units(model)) if m == "language"} == {"enc1.ffn", "dec2.cross_attn"}
+    _, model = build(corpus, "--clsr-lang-proj", "sublayer")
+    assert len({id(u.projections) for u in units(model)}) == len(units(model))
+    _, model = build(corpus, "--clsr-variant", "ls-encoder-output")
+    assert model.encoder.output_unit is not None and all(u.mode == "shared" for u in units(model))
+
+
+def test_bad_options_are_clear_errors(corpus):
+    with pytest.raises(ValueError, match=r"--clsr-budget 1.5 is outside \[0, 1\]"):
+        build(corpus, "--clsr-budget", "1.5")
+    with pytest.raises(ValueError, match="enc3.ffn is outside layers 1..2"):
+        build(corpus, "--clsr-variant", "dedicated", "--clsr-dedicated", "enc3.ffn")
+    with pytest.raises(ValueError, match="bad sub-layer 'encoder1'"):
+        build(corpus, "--clsr-variant", "dedicated", "--clsr-dedicated", "encoder1")
+    with pytest.raises(ValueError, match="needs --clsr-dedicated"):
+        build(corpus, "--clsr-variant", "dedicated")
