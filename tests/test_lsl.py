@@ -115,6 +115,28 @@ def test_beam_search_mixed_equals_alone(variant):
         assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
 
 
+def test_beam_search_scores_equal_full_forward_scores(variant):
+    """Beam search reorders the per-language caches at every step (and drops finished rows):
+    the score of every hypothesis must be what a full forward pass gives its tokens."""
+    task, model, _ = variant
+    model = copy.deepcopy(model)
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=12)
+    batch = collate(task, mixed_indices(task))
+    hypos = generator.generate([model], batch)
+    model.decoder.set_beam_size(1)
+    ni = batch["net_input"]
+    eos = task.target_dictionary.eos()
+    for row, beams in enumerate(hypos):
+        for hypo in beams:
+            tokens = hypo["tokens"].unsqueeze(0)
+            prev = torch.cat([tokens.new_full((1, 1), eos), tokens[:, :-1]], dim=1)
+            net_input = {k: ni[k][row: row + 1] for k in ("src_tokens", "src_lengths", "src_lang_id", "tgt_lang_id")}
+            out = model(**net_input, prev_output_tokens=prev)
+            lprobs = model.get_normalized_probs(out, log_probs=True)[0]
+            expected = lprobs.gather(-1, tokens[0].unsqueeze(-1)).squeeze(-1)
+            torch.testing.assert_close(hypo["positional_scores"], expected, atol=1e-4, rtol=1e-4)
+
+
 # --- structure: depth, copies ----------------------------------------------------------------
 
 def test_depth_is_exactly_encoder_layers(corpus):

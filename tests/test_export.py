@@ -1,0 +1,156 @@
+"""langshare export: one language pair's sub-network as a plain fairseq transformer checkpoint
+that fairseq-generate loads without the plugin and that translates exactly like the full model."""
+
+import argparse
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+from fairseq.sequence_generator import SequenceGenerator
+
+import fairseq_langshare.models.lsl_transformer  # noqa: F401  (registers lsl_transformer)
+from fairseq_langshare import export
+from fairseq_langshare.export import ExportError, export_pair
+from test_language_aware_model import row_keys
+from tiny_corpus import generate, task_args, train
+
+BIN = Path(sys.executable).parent
+TRAIN = ["--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
+         "--lr", "0.005", "--max-tokens", "1000", "--log-format", "json", "--log-interval", "50", "--cpu",
+         "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "3", "--disable-validation",
+         "--sampling-method", "temperature", "--sampling-temperature", "5"]
+LSL = ["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "SRC={1} & TGT={3,4}", "--lsl-separate-decoder"]
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    save = tmp_path_factory.mktemp("lsl_ckpt")
+    train(task_args(corpus) + TRAIN + LSL + ["--max-update", "200", "--save-dir", str(save)])
+    return save / "checkpoint_last.pt"
+
+
+def plain_generate(corpus, checkpoint, src, tgt):
+    """fairseq's own task and model, no --user-dir: what a user without the plugin runs."""
+    return generate([str(corpus["bin"]), "--task", "translation_multi_simple_epoch", "--langs", ",".join(corpus["langs"]),
+                     "--lang-pairs", f"{src}-{tgt}", "--encoder-langtok", "tgt", "--path", str(checkpoint),
+                     "--gen-subset", "test", "-s", src, "-t", tgt, "--beam", "3", "--cpu", "--max-tokens", "1000",
+                     "--required-batch-size-multiple", "1"])
+
+
+def full_generate(corpus, checkpoint, src, tgt):
+    return generate(task_args(corpus, pairs=[f"{src}-{tgt}"]) + [
+        "--path", str(checkpoint), "--gen-subset", "test", "-s", src, "-t", tgt, "--beam", "3", "--cpu",
+        "--max-tokens", "1000"])
+
+
+@pytest.mark.parametrize("src,tgt", [("en", "xx"), ("en", "yy"), ("xx", "yy")])
+def test_exported_pair_translates_exactly_like_the_full_model(corpus, trained, tmp_path, src, tgt):
+    out = tmp_path / f"{src}-{tgt}.pt"
+    report = export_pair(trained, src, tgt, out)
+    full = full_generate(corpus, trained, src, tgt)
+    assert len(full) == 20
+    assert plain_generate(corpus, out, src, tgt) == full
+    assert report["params"] < report["full_params"] and report["bytes"] < report["full_bytes"]
+
+
+def test_export_holds_only_the_pairs_weights_and_no_python_objects(trained, tmp_path, capsys):
+    out = tmp_path / "en-xx.pt"
+    report = export_pair(trained, "en", "xx", out)
+    assert "exported en->xx" in capsys.readouterr().out
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(str(out)) == [], "loads with weights_only=True, no allow-list"
+    state = torch.load(out, weights_only=True)
+    assert state["args"] is None and state["cfg"]["model"]["_name"] == "transformer"
+    assert state["cfg"]["task"]["_name"] == "translation_multi_simple_epoch"
+    assert state["cfg"]["common"]["user_dir"] is None
+    assert not any(k.startswith("lsl_") for k in state["cfg"]["model"])
+    assert not any(".per_lang." in k for k in state["model"]) and "lang_inventory" not in state["model"]
+    # exactly the pair's weights: the full model minus the other languages' copies
+    full = torch.load(trained, weights_only=True)["model"]
+    copy_params = {}
+    for key, value in full.items():
+        if ".per_lang." in key:
+            lang = int(key.split(".per_lang.")[1].split(".")[0])
+            copy_params[lang] = copy_params.get(lang, 0) + value.numel()
+    n_langs = len(copy_params)
+    assert n_langs == 3 and report["full_params"] - report["params"] == (n_langs - 1) * copy_params[0]
+    # the selected copies are the right ones: source layer 1 from en, target layers 3-4 and the decoder from xx
+    en, xx = 0, 1
+    assert torch.equal(state["model"]["encoder.layers.0.fc1.weight"], full[f"encoder.layers.0.per_lang.{en}.fc1.weight"])
+    assert torch.equal(state["model"]["encoder.layers.2.fc1.weight"], full[f"encoder.layers.2.per_lang.{xx}.fc1.weight"])
+    assert torch.equal(state["model"]["decoder.layers.1.fc2.weight"], full[f"decoder.layers.1.per_lang.{xx}.fc2.weight"])
+    assert torch.equal(state["model"]["encoder.layers.1.fc1.weight"], full["encoder.layers.1.fc1.weight"])
+
+
+def test_unknown_language_is_a_clear_error_and_writes_nothing(trained, tmp_path):
+    out = tmp_path / "x.pt"
+    with pytest.raises(ExportError, match="unknown language 'zz' for --tgt: the checkpoint's languages are en,xx,yy"):
+        export_pair(trained, "en", "zz", out)
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_search_checkpoint_is_refused(corpus, tmp_path):
+    from test_lsl import build, save_checkpoint
+
+    _, model, args = build(corpus, "--lsl-search", pairs=["en-xx", "en-yy"])
+    path = save_checkpoint(model, args, tmp_path / "search.pt")
+    with pytest.raises(ValueError, match="--lsl-search checkpoint .* `langshare analyze lsl`"):
+        export_pair(path, "en", "xx", tmp_path / "out.pt")
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_baseline_exports_itself(corpus, tmp_path):
+    save = tmp_path / "base"
+    train(task_args(corpus) + TRAIN + ["--arch", "langshare_transformer_tiny", "--max-update", "20", "--save-dir", str(save)])
+    report = export_pair(save / "checkpoint_last.pt", "en", "yy", tmp_path / "en-yy.pt")
+    assert report["params"] == report["full_params"]
+    assert plain_generate(corpus, tmp_path / "en-yy.pt", "en", "yy") == full_generate(corpus, save / "checkpoint_last.pt", "en", "yy")
+
+
+def test_export_cli(trained, tmp_path, capsys):
+    parser = argparse.ArgumentParser(prog="langshare")
+    export.add_subcommand(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["export", str(trained), "--src", "en", "--tgt", "yy", "--out", str(tmp_path / "m.pt")])
+    assert args.func(args) == 0
+    assert (tmp_path / "m.pt").exists() and "exported en->yy" in capsys.readouterr().out
+
+
+def test_trained_model_beam_search_is_per_sentence(corpus, trained):
+    """On a trained model hypotheses end at different steps (rows leave the beam): mixed
+    batches of three directions still give every sentence its own translation."""
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(trained)], arg_overrides={"data": str(corpus["bin"]), "lang_pairs": "en-xx,en-yy,xx-yy"})
+    model = models[0].eval()
+    task.load_dataset("test")
+    ds = task.dataset("test")
+    starts = [0] + list(ds.cumulative_sizes[:-1])
+    indices = [s + k for k in range(6) for s in starts]
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=20)
+    batch = ds.collater([ds[i] for i in indices])
+    hypos = generator.generate([model], batch)
+    lengths = {len(h[0]["tokens"]) for h in hypos}
+    assert len(lengths) > 2, "hypotheses of different lengths"
+    mixed = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), hypos)}
+    for i in indices:
+        alone = ds.collater([ds[i]])
+        assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
+
+
+@pytest.mark.slow
+def test_fairseq_generate_without_the_plugin_in_a_fresh_process(corpus, trained, tmp_path):
+    """A fresh fairseq-generate (torch weights_only loading, nothing allow-listed, no --user-dir)."""
+    out = tmp_path / "en-xx.pt"
+    export_pair(trained, "en", "xx", out)
+    cmd = [str(BIN / "fairseq-generate"), str(corpus["bin"]), "--task", "translation_multi_simple_epoch",
+           "--langs", "en,xx,yy", "--lang-pairs", "en-xx", "--encoder-langtok", "tgt", "--path", str(out),
+           "--gen-subset", "test", "-s", "en", "-t", "xx", "--beam", "3", "--cpu", "--max-tokens", "1000",
+           "--required-batch-size-multiple", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "fairseq_langshare" not in proc.stdout + proc.stderr
+    hyps = {int(l.split("\t")[0][2:]): l.split("\t")[2] for l in proc.stdout.splitlines() if l.startswith("H-")}
+    assert hyps == full_generate(corpus, trained, "en", "xx")
