@@ -1,5 +1,5 @@
 """Two model configurations, one task, one run: training and decoding throughput, peak memory
-and parameter counts, measured in interleaved repetitions (A, B, A, B, ...) after warm-up.
+and parameter counts, measured in repetitions after warm-up, A and B alternating batch by batch.
 
 ``Benchmark(settings)`` parses both configurations with fairseq's training parser, sets the
 task up once, builds both models (same seed) with a fairseq ``Trainer`` each, and fixes the

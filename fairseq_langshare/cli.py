@@ -1,17 +1,19 @@
 """The ``langshare`` command: what fairseq has no verb for.
 
 Subcommands parse their flags and call one library function each:
-``prepare-gettext`` (the offline default corpus), ``evaluate`` (BLEU/chrF tables).
+``prepare-gettext`` (the offline default corpus), ``evaluate`` (BLEU/chrF tables),
+``analyze <method>`` (statistics, the papers' plots, derived architectures) and ``export``
+(one language pair's sub-network as a plain fairseq checkpoint).
 """
 
 import argparse
 import logging
 import sys
 
+from . import analysis, evaluation, export
 from .data import gettext_corpus
-from . import evaluation
 
-SUBCOMMANDS = (gettext_corpus, evaluation)
+SUBCOMMANDS = (gettext_corpus, evaluation, analysis, export)
 
 
 def build_parser() -> argparse.ArgumentParser:

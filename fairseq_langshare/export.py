@@ -53,9 +53,10 @@ class ExportError(ValueError):
 def _transformer_keys():
     """The flat option names fairseq's ``transformer`` reads (TransformerConfig.from_namespace)."""
     keys = {"_name", "arch"}
+    defaults = TransformerConfig()
     for f in dataclasses.fields(TransformerConfig):
         if f.name in ("encoder", "decoder", "quant_noise"):
-            keys.update(f"{f.name}_{sub.name}" for sub in dataclasses.fields(f.default_factory()))
+            keys.update(f"{f.name}_{sub.name}" for sub in dataclasses.fields(getattr(defaults, f.name)))
         else:
             keys.add(f.name)
     return keys

@@ -198,3 +198,22 @@ def test_bad_options_are_clear_errors(corpus):
         build(corpus, "--clsr-variant", "dedicated", "--clsr-dedicated", "encoder1")
     with pytest.raises(ValueError, match="needs --clsr-dedicated"):
         build(corpus, "--clsr-variant", "dedicated")
+
+
+def test_lsscore_is_eq7_and_dedicated_takes_positive_sublayers():
+    from fairseq_langshare.analysis.clsr_gates import dedicated_flags, lsscore
+
+    names = ["enc1.self_attn", "enc1.ffn", "dec1.ffn"]
+    runs = [
+        {"budget": 0.1, "sublayers": names, "mean_gate": {"enc1.self_attn": 0.3, "enc1.ffn": 0.0, "dec1.ffn": 0.1},
+         "mean_gate_per_language": {n: {"fr": 0.2, "de": 0.4} for n in names}},
+        {"budget": 0.5, "sublayers": names, "mean_gate": {"enc1.self_attn": 0.5, "enc1.ffn": 0.4, "dec1.ffn": 0.6},
+         "mean_gate_per_language": {n: {"fr": 0.5, "de": 0.5} for n in names}},
+    ]
+    s = lsscore(runs)
+    assert s["lsscore"]["enc1.self_attn"] == pytest.approx(((0.3 - 0.1) + (0.5 - 0.5)) / 2)
+    assert s["lsscore"]["enc1.ffn"] == pytest.approx(((0.0 - 0.1) + (0.4 - 0.5)) / 2)
+    assert s["lsscore_per_language"]["dec1.ffn"]["fr"] == pytest.approx(((0.2 - 0.1) + (0.5 - 0.5)) / 2)
+    assert dedicated_flags(s) == "--arch clsr_transformer --clsr-variant dedicated --clsr-dedicated enc1.self_attn,dec1.ffn"
+    with pytest.raises(ValueError, match="one run per budget"):
+        lsscore([runs[0], runs[0]])

@@ -1,7 +1,7 @@
 """clsr_transformer through fairseq-train / fairseq-generate: the budget moves the gates,
 the noise schedule resumes, decoding is deterministic."""
 
-import shutil
+import json
 
 import pytest
 
@@ -24,13 +24,39 @@ def last(records, key):
     return values[-1]
 
 
-def test_budget_moves_the_open_gate_rate_toward_p(corpus, tmp_path):
-    rates = {}
-    for p in (0.1, 0.9):
-        records = train(task_args(corpus) + clsr_args(tmp_path / str(p), p, 150, 150))
-        rates[p] = last(records, "stat_gate_open")
+@pytest.fixture(scope="module")
+def budget_runs(corpus, tmp_path_factory):
+    root = tmp_path_factory.mktemp("clsr_budgets")
+    return {p: (root / str(p), train(task_args(corpus) + clsr_args(root / str(p), p, 150, 150))) for p in (0.1, 0.9)}
+
+
+def test_budget_moves_the_open_gate_rate_toward_p(budget_runs):
+    rates = {p: last(records, "stat_gate_open") for p, (_, records) in budget_runs.items()}
+    for p, (_, records) in budget_runs.items():
         assert last(records, "aux_budget") < 0.15, f"budget term still large for p={p}"
     assert rates[0.1] < 0.3 and rates[0.9] > 0.7, rates
+
+
+def test_gate_analysis_lsscore_and_dedicated(corpus, budget_runs, tmp_path):
+    from fairseq_langshare.cli import main
+
+    gate_files = []
+    for p, (save, _) in budget_runs.items():
+        out = tmp_path / f"gates{p}"
+        assert main(["analyze", "clsr", str(save / "checkpoint_last.pt"), "--data", str(corpus["bin"]), "--out", str(out)]) == 0
+        stats = json.loads((out / "gates.json").read_text())
+        assert stats["budget"] == p and set(stats["mean_gate_per_language"]["dec1.ffn"]) == {"xx", "yy"}
+        assert abs(stats["open_rate"] - p) < 0.3  # inference gates follow the training budget
+        gate_files.append(str(out / "gates.json"))
+    out = tmp_path / "lsscore"
+    assert main(["analyze", "clsr-lsscore", *gate_files, "--out", str(out)]) == 0
+    scores = json.loads((out / "lsscore.json").read_text())
+    assert (out / "lsscore.png").stat().st_size > 0 and (out / "lsscore_heatmap.png").stat().st_size > 0
+    flags = scores["dedicated"]
+    if flags.startswith("--arch"):  # the derived architecture trains as printed
+        spec = flags.split()
+        train(task_args(corpus) + clsr_args(tmp_path / "dedicated", 0.3, 3, 3, *spec[2:]))
+        assert (tmp_path / "dedicated" / "checkpoint_last.pt").exists()
 
 
 def test_noise_schedule_resumes_from_checkpoint_and_decoding_is_deterministic(corpus, tmp_path):

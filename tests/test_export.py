@@ -17,6 +17,7 @@ import fairseq_langshare.models.lsl_transformer  # noqa: F401  (registers lsl_tr
 from fairseq_langshare import export
 from fairseq_langshare.export import ExportError, export_pair
 from test_language_aware_model import row_keys
+from test_lsl import VARIANTS, build
 from tiny_corpus import generate, task_args, train
 
 BIN = Path(sys.executable).parent
@@ -26,6 +27,15 @@ TRAIN = ["--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoot
          "--sampling-method", "temperature", "--sampling-temperature", "5"]
 LSL = ["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "SRC={1} & TGT={3,4}", "--lsl-separate-decoder"]
 
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and the machine is shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 @pytest.fixture(scope="module")
 def trained(corpus, tmp_path_factory):
@@ -86,6 +96,35 @@ def test_export_holds_only_the_pairs_weights_and_no_python_objects(trained, tmp_
     assert torch.equal(state["model"]["encoder.layers.1.fc1.weight"], full["encoder.layers.1.fc1.weight"])
 
 
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "search"])
+def test_every_variant_exports_to_an_equivalent_plain_transformer(corpus, variant):
+    """Whole layers, LS-FFN, LS-ATTENTION, decoder LSLs, a pre-norm separate decoder: the pair's
+    weights load strictly into fairseq's transformer and give the full model's logits."""
+    from fairseq.models.transformer import TransformerModel
+    from fairseq_langshare.models.lsl_transformer import LSLTransformerModel
+    from test_language_aware_model import collate
+
+    task, model, args = build(corpus, *VARIANTS[variant][0])
+    model.eval()
+    ds = task.dataset("valid")
+    starts = [0] + list(ds.cumulative_sizes[:-1])
+    for start in starts:  # en-xx, en-yy, xx-yy
+        batch = collate(task, list(range(start, start + 5)))
+        ni = dict(batch["net_input"])
+        src_id, tgt_id = int(ni["src_lang_id"][0]), int(ni["tgt_lang_id"][0])
+        weights, changes = LSLTransformerModel.export_state_dict(model.state_dict(), args, src_id, tgt_id)
+        plain_args = copy.deepcopy(args)
+        for key, value in changes.items():
+            if value is None and hasattr(plain_args, key):
+                delattr(plain_args, key)
+        plain = TransformerModel.build_model(plain_args, task).eval()
+        plain.load_state_dict(weights, strict=True)
+        expected = model(**ni)[0]
+        for key in ("src_lang_id", "tgt_lang_id"):
+            ni.pop(key)
+        torch.testing.assert_close(plain(**ni)[0], expected)
+
+
 def test_unknown_language_is_a_clear_error_and_writes_nothing(trained, tmp_path):
     out = tmp_path / "x.pt"
     with pytest.raises(ExportError, match="unknown language 'zz' for --tgt: the checkpoint's languages are en,xx,yy"):
@@ -94,7 +133,7 @@ def test_unknown_language_is_a_clear_error_and_writes_nothing(trained, tmp_path)
 
 
 def test_search_checkpoint_is_refused(corpus, tmp_path):
-    from test_lsl import build, save_checkpoint
+    from test_lsl import save_checkpoint
 
     _, model, args = build(corpus, "--lsl-search", pairs=["en-xx", "en-yy"])
     path = save_checkpoint(model, args, tmp_path / "search.pt")

@@ -6,9 +6,9 @@
 one entry point.
 """
 
-from . import lsl_weights
+from . import clsr_gates, lsl_weights
 
-ANALYSES = (lsl_weights,)
+ANALYSES = (clsr_gates, lsl_weights)
 
 
 def add_subcommand(subparsers) -> None:

@@ -8,7 +8,9 @@ to ``build_encoder_layer``/``build_decoder_layer`` (``self.languages``); it is b
 forward call only. The model stores the task's language inventory with its weights.
 """
 
+import dataclasses
 import logging
+from enum import Enum
 from contextlib import nullcontext
 from typing import Dict, List, Optional
 
@@ -32,6 +34,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["LanguageAwareEncoder", "LanguageAwareDecoder", "LanguageAwareTransformerModel"]
 
 LANG_KEYS = ("src_lang_id", "tgt_lang_id")
+TRANSFORMER_FIELDS = {f.name for f in dataclasses.fields(TransformerConfig)}
 
 
 def _first(encoder_out, key) -> Optional[Tensor]:
@@ -109,6 +112,12 @@ class LanguageAwareTransformerModel(TransformerModel):
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)  # fill what an older config or the preset left out
         cfg = cls.config_class.from_namespace(args)
+        method_fields = {f.name for f in dataclasses.fields(cls.config_class)} - TRANSFORMER_FIELDS
+        with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
+            for name in sorted(method_fields):  # the saved config names every option of the method
+                if getattr(args, name, None) is None:
+                    value = getattr(cfg, name)
+                    setattr(args, name, value.value if isinstance(value, Enum) else value)
         # per-language parameters are sized by the task's inventory (stored with the weights)
         cfg.num_languages = len(task.inventory) if hasattr(task, "inventory") else 0
         return super(TransformerModel, cls).build_model(cfg, task)

@@ -343,8 +343,7 @@ class LanguageSpecificAttention(_LanguageCopies, _IncrementalRouting):
             return _pack(y, attn, need_head_weights)
 
         packed = _route_rows(ids, run)
-        T, _, C = query.shape
-        return _unpack(packed, (T, B, self.copies[0].embed_dim), attn_meta.get("shape"), need_head_weights,
+        return _unpack(packed, (query.size(0), B, self.embed_dim), attn_meta.get("shape"), need_head_weights,
                        attn_meta.get("dtype"))
 
 

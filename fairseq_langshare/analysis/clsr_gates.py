@@ -1,0 +1,196 @@
+"""CLSR analysis (Zhang et al., ICLR 2021, section 5): gate statistics, LSScore, Dedicated.
+
+``langshare analyze clsr CKPT --out DIR``: runs the checkpoint (inference gates [G >= 0]) over
+every direction of a split and writes the mean gate per sub-layer and language
+(``gates.json``).
+
+``langshare analyze clsr-lsscore RUN.json ... --out DIR``: over runs trained with different
+budgets p, LSScore_f(l) = 1/|P| sum_p (g~^p_{l,f} - p) (Eq. 7); draws Figure 3 (LSScore per
+sub-layer type and depth) and Figure 6 (LSScore per sub-layer and language, languages ranked
+by training size), and prints the Dedicated configuration (sub-layers with LSScore > 0) as
+the exact flags that train it.
+"""
+
+import json
+import os
+import re
+from collections import defaultdict
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from ..modules.clsr import ClsrUnit
+
+KINDS = ("enc.self_attn", "enc.ffn", "dec.self_attn", "dec.cross_attn", "dec.ffn")
+_NAME = re.compile(r"^(enc|dec)(\d+)\.(\w+)$")
+
+
+def _sort_key(name):
+    stack, layer, kind = _NAME.match(name).groups()
+    return (stack != "enc", int(layer), KINDS.index(f"{stack}.{kind}"))
+
+
+def gate_statistics(checkpoint: str, data: Optional[str] = None, split: str = "valid",
+                    max_tokens: int = 4000) -> Dict:
+    """Mean inference gate per CLSR sub-layer, overall and per language, over ``split``."""
+    from fairseq import checkpoint_utils, utils
+    from tqdm import tqdm
+
+    overrides = {"data": data} if data else {}
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
+    model = models[0].eval()
+    units = [m for m in model.modules() if isinstance(m, ClsrUnit)]
+    if not units:
+        raise ValueError(f"{checkpoint} has no CLSR units: train it with --arch clsr_transformer*")
+    sums = defaultdict(lambda: defaultdict(float))
+    counts = defaultdict(lambda: defaultdict(int))
+
+    def collect(name, gates, lang_ids, mask):
+        keep = torch.ones_like(gates, dtype=torch.bool) if mask is None else ~mask.t()
+        for lang in lang_ids.unique().tolist():
+            rows = lang_ids.eq(lang)
+            sel = keep[:, rows]
+            sums[name][lang] += float(gates[:, rows][sel].sum())
+            counts[name][lang] += int(sel.sum())
+
+    for unit in units:
+        unit.collect = collect
+    try:
+        task.load_dataset(split)
+        itr = task.get_batch_iterator(task.dataset(split), max_tokens=max_tokens).next_epoch_itr(shuffle=False)
+        with torch.no_grad():
+            for batch in tqdm(itr, desc=f"gates on {split}", unit="batch"):
+                model(**task.ensure_lang_ids(batch)["net_input"])
+    finally:
+        for unit in units:
+            unit.collect = None
+    langs = task.inventory.langs
+    names = sorted(sums, key=_sort_key)
+    mean_gate = {n: {langs[l]: sums[n][l] / counts[n][l] for l in sorted(sums[n]) if counts[n][l]} for n in names}
+    overall = {n: sum(sums[n].values()) / max(sum(counts[n].values()), 1) for n in names}
+    return {"checkpoint": os.path.abspath(checkpoint), "split": split, "budget": float(model.cfg.clsr_budget),
+            "variant": str(model.cfg.clsr_variant), "sublayers": names, "mean_gate": overall,
+            "mean_gate_per_language": mean_gate, "open_rate": sum(overall.values()) / max(len(overall), 1)}
+
+
+def lsscore(runs: Sequence[Dict]) -> Dict:
+    """Eq. 7 over runs trained with different budgets: overall and per language."""
+    budgets = [r["budget"] for r in runs]
+    if len(set(budgets)) != len(budgets):
+        raise ValueError(f"LSScore needs one run per budget p, got budgets {budgets}")
+    names = runs[0]["sublayers"]
+    for r in runs[1:]:
+        if r["sublayers"] != names:
+            raise ValueError("runs have different CLSR sub-layers: compare checkpoints of the same architecture")
+    score = {n: sum(r["mean_gate"][n] - r["budget"] for r in runs) / len(runs) for n in names}
+    langs = sorted(set.intersection(*(set(r["mean_gate_per_language"][names[0]]) for r in runs)))
+    per_lang = {n: {l: sum(r["mean_gate_per_language"][n][l] - r["budget"] for r in runs) / len(runs) for l in langs}
+                for n in names}
+    return {"budgets": budgets, "sublayers": names, "lsscore": score, "lsscore_per_language": per_lang}
+
+
+def dedicated_flags(scores: Dict) -> str:
+    """The Dedicated model: LS projections fixed on the sub-layers with LSScore > 0."""
+    chosen = [n for n in scores["sublayers"] if scores["lsscore"][n] > 0]
+    if not chosen:
+        return "# no sub-layer has LSScore > 0: the shared model (--clsr-variant shared) is the dedicated one"
+    return f"--arch clsr_transformer --clsr-variant dedicated --clsr-dedicated {','.join(chosen)}"
+
+
+def plot_lsscore(scores: Dict, path: str) -> None:
+    """Figure 3: LSScore against depth, one line per sub-layer type."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for kind in KINDS:
+        stack, sub = kind.split(".")
+        points = sorted((int(_NAME.match(n).group(2)), v) for n, v in scores["lsscore"].items()
+                        if n.startswith(stack) and n.endswith("." + sub))
+        if points:
+            ax.plot(*zip(*points), marker="o", label=kind.replace(".", " "))
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("LSScore")
+    ax.set_title(f"LSScore over budgets {scores['budgets']}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_heatmap(scores: Dict, languages_by_size: List[str], path: str) -> None:
+    """Figure 6: LSScore per sub-layer (rows) and language (columns, largest training data first)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_lang = scores["lsscore_per_language"]
+    names = scores["sublayers"]
+    langs = [l for l in languages_by_size if l in per_lang[names[0]]]
+    langs += sorted(set(per_lang[names[0]]) - set(langs))
+    matrix = [[per_lang[n][l] for l in langs] for n in names]
+    fig, ax = plt.subplots(figsize=(1 + 0.5 * len(langs), 1 + 0.3 * len(names)))
+    im = ax.imshow(matrix, cmap="coolwarm", vmin=-1, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(langs)), langs, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    fig.colorbar(im, ax=ax, label="LSScore")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _write_json(path, obj):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+
+
+def _run_gates(args):
+    os.makedirs(args.out, exist_ok=True)
+    stats = gate_statistics(args.checkpoint, data=args.data, split=args.split, max_tokens=args.max_tokens)
+    _write_json(os.path.join(args.out, "gates.json"), stats)
+    print(f"p={stats['budget']} open-gate rate {stats['open_rate']:.3f} on {args.split}")
+    for name in stats["sublayers"]:
+        print(f"  {name:<16} {stats['mean_gate'][name]:.3f}")
+    print(f"wrote {os.path.join(args.out, 'gates.json')}")
+    return 0
+
+
+def _run_lsscore(args):
+    runs = []
+    for path in args.runs:
+        with open(path, encoding="utf-8") as f:
+            runs.append(json.load(f))
+    scores = lsscore(runs)
+    order = []
+    if args.manifest:
+        with open(args.manifest, encoding="utf-8") as f:
+            order = json.load(f).get("languages", [])
+    os.makedirs(args.out, exist_ok=True)
+    _write_json(os.path.join(args.out, "lsscore.json"), {**scores, "dedicated": dedicated_flags(scores)})
+    plot_lsscore(scores, os.path.join(args.out, "lsscore.png"))
+    plot_heatmap(scores, order, os.path.join(args.out, "lsscore_heatmap.png"))
+    for name in scores["sublayers"]:
+        print(f"  {name:<16} {scores['lsscore'][name]:+.3f}")
+    print(dedicated_flags(scores))
+    return 0
+
+
+def add_analysis(methods) -> None:
+    p = methods.add_parser("clsr", help="CLSR: mean inference gate per sub-layer and language (gates.json)")
+    p.add_argument("checkpoint", help="a clsr_transformer checkpoint")
+    p.add_argument("--data", default=None, help="binarized data directory (default: the one the checkpoint was trained on)")
+    p.add_argument("--split", default="valid", help="split to run over (every direction of the task)")
+    p.add_argument("--max-tokens", type=int, default=4000, help="tokens per batch")
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(func=_run_gates)
+    p = methods.add_parser("clsr-lsscore", help="CLSR: LSScore over budgets (Eq. 7), Figures 3 and 6, the Dedicated flags")
+    p.add_argument("runs", nargs="+", help="gates.json files of `analyze clsr`, one per budget p")
+    p.add_argument("--manifest", default=None, help="corpus manifest.json: ranks languages by training size in Figure 6")
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(func=_run_lsscore)
