@@ -8,15 +8,12 @@ the decode split, decoded one at a time and in large batches. ``Benchmark.run()`
 returns the JSON-able result (see ``benchmarks.report``). Peak memory is measured in fresh
 subprocesses (``benchmarks.memory``).
 
-Models whose ``forward`` (or encoder ``forward``) takes no ``src_lang_id``/``tgt_lang_id``
-(fairseq's own ``transformer``) get a forward that drops those keys (``adapt_to_lang_ids``):
-the ``multilingual_langshare`` task always puts them into ``net_input``.
+Models that take no language ids (fairseq's own ``transformer``) run as they are: the
+``multilingual_langshare`` task keeps ``src_lang_id``/``tgt_lang_id`` out of their batches.
 """
 
 import dataclasses
-import functools
 import gc
-import inspect
 import itertools
 import logging
 import os
@@ -35,7 +32,6 @@ import fairseq_langshare
 logger = logging.getLogger(__name__)
 
 PKG_DIR = os.path.dirname(os.path.abspath(fairseq_langshare.__file__))
-LANG_KEYS = ("src_lang_id", "tgt_lang_id")
 CONFIGS = ("A", "B")
 
 DEFAULT_TASK_ARGS = ("--encoder-langtok", "tgt")
@@ -106,41 +102,13 @@ def check_same_task(args_a, args_b):
                              f"both configurations must run on the same data; pass it in the task args")
 
 
-def accepts_lang_ids(fn) -> bool:
-    params = inspect.signature(fn).parameters
-    return all(k in params for k in LANG_KEYS) or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def _dropping_lang_ids(fn):
-    @functools.wraps(fn)
-    def forward(*args, **kwargs):
-        for key in LANG_KEYS:
-            kwargs.pop(key, None)
-        return fn(*args, **kwargs)
-
-    return forward
-
-
-def adapt_to_lang_ids(model) -> List[str]:
-    """Let a model whose forward takes no language ids run on batches that carry them: its
-    ``forward`` (training) and its encoder's ``forward`` (``SequenceGenerator`` calls
-    ``encoder.forward_torchscript(net_input)``) drop ``src_lang_id``/``tgt_lang_id``.
-    Returns what was wrapped (empty for language-aware models)."""
-    wrapped = []
-    for name, module in (("model", model), ("encoder", getattr(model, "encoder", None))):
-        if module is not None and not accepts_lang_ids(module.forward):
-            module.forward = _dropping_lang_ids(module.forward)
-            wrapped.append(f"{name}.forward")
-    return wrapped
-
-
 def build_model(task, args, seed):
-    """Model (same seed for every configuration), its criterion, and what ``adapt_to_lang_ids`` wrapped."""
+    """Model (same seed for every configuration) and its criterion."""
     from fairseq import utils
 
     utils.set_torch_seed(seed)
     model = task.build_model(args)
-    return model, task.build_criterion(args), adapt_to_lang_ids(model)
+    return model, task.build_criterion(args)
 
 
 def build_trainer(args, task, model, criterion):
@@ -278,9 +246,9 @@ class Benchmark:
         self.args = {k: parse_args(v) for k, v in self.argv.items()}
         check_same_task(self.args["A"], self.args["B"])
         self.task = tasks.setup_task(self.args["A"])
-        self.models, self.trainers, self.wrapped, self.generators = {}, {}, {}, {}
+        self.models, self.trainers, self.generators = {}, {}, {}
         for key in CONFIGS:
-            model, criterion, self.wrapped[key] = build_model(self.task, self.args[key], settings.seed)
+            model, criterion = build_model(self.task, self.args[key], settings.seed)
             self.models[key] = model
             self.trainers[key] = build_trainer(self.args[key], self.task, model, criterion)
         self.train_batches = fixed_train_batches(self.task, settings, self.args["A"], list(self.models.values()))

@@ -90,7 +90,7 @@ def probe(spec) -> dict:
     torch.set_num_threads(spec["threads"])
     args = harness.parse_args(spec["argv"])
     task = tasks.setup_task(args)
-    model, criterion, _ = harness.build_model(task, args, spec["seed"])
+    model, criterion = harness.build_model(task, args, spec["seed"])
     batches = torch.load(spec["batches"], weights_only=False)[spec["phase"]]
     if spec["phase"] == "train":
         trainer = harness.build_trainer(args, task, model, criterion)

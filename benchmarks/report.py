@@ -79,7 +79,7 @@ def build_result(bench, samples, params, losses, load_before, elapsed) -> dict:
         "elapsed_s": round(elapsed, 1),
         "machine": mach,
         "configs": {k: {"label": getattr(s, f"{k.lower()}_label"), "args": list(getattr(s, k.lower())),
-                        "arch": bench.args[k].arch, "lang_ids_dropped_from": bench.wrapped[k]}
+                        "arch": bench.args[k].arch}
                     for k in ("A", "B")},
         "common_args": s.task_args + s.train_args + ["--max-tokens", str(s.max_tokens), "--seed", str(s.seed)],
         "data": {
@@ -136,7 +136,7 @@ def markdown(result) -> str:
     lines = [f"## {result['name']} ({result['date']})", ""]
     for k in ("A", "B"):
         note = ""
-        if c[k]["lang_ids_dropped_from"]:
+        if c[k].get("lang_ids_dropped_from"):  # results of harness versions that wrapped forward
             note = (" (its forward takes no language ids: the harness drops `src_lang_id`/`tgt_lang_id` "
                     f"in {', '.join('`' + w + '`' for w in c[k]['lang_ids_dropped_from'])})")
         lines.append(f"- **{k}** = {c[k]['label']}: `{shlex.join(c[k]['args'])}`{note}")

@@ -64,6 +64,25 @@ def test_batches_without_ids_get_them_from_the_inference_direction(corpus):
     args = options.parse_args_and_arch(parser, task_args(corpus) + ["-s", "en", "-t", "yy"])
     task = tasks.setup_task(args)
     sample = {"net_input": {"src_tokens": torch.ones(3, 4, dtype=torch.long), "src_lengths": torch.tensor([4, 4, 4])}}
-    task.ensure_lang_ids(sample)
+    original = sample["net_input"]
+    sample = task.ensure_lang_ids(sample)
+    assert "src_lang_id" not in original  # the caller's batch is left alone
     assert sample["net_input"]["src_lang_id"].tolist() == [task.inventory.id("en")] * 3
     assert sample["net_input"]["tgt_lang_id"].tolist() == [task.inventory.id("yy")] * 3
+
+
+def test_plain_fairseq_transformer_trains_on_the_task(corpus):
+    """Models that take no language ids (fairseq's own transformer) get batches without them."""
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, task_args(corpus) + [
+        "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+        "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16", "--decoder-ffn-embed-dim", "16"])
+    task = tasks.setup_task(args)
+    model = task.build_model(args)
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    batch = ds.collater([ds[i] for i in range(4)])
+    loss, _, _ = task.valid_step(batch, model, LabelSmoothedCrossEntropyCriterion(task, False, 0.0))
+    assert torch.isfinite(loss) and "src_lang_id" not in batch["net_input"]

@@ -75,9 +75,14 @@ def _atomic_write(path: Path, write) -> None:
 def plot_mixing_weights(runs: Sequence[Sequence[Sequence[float]]], path, title: str = "LSL mixing weights") -> Path:
     """Figure 3: one line per branch (shared / source LSL / target LSL) over encoder layers, the
     mean over runs, shaded between the smallest and largest run."""
+    import logging
+
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    mpl_logger = logging.getLogger("matplotlib")
+    if mpl_logger.getEffectiveLevel() < logging.INFO:  # its font search logs hundreds of DEBUG lines
+        mpl_logger.setLevel(logging.INFO)
     w = torch.tensor(runs, dtype=torch.float64)  # runs x layers x 3
     mean, low, high = w.mean(0), w.min(0).values, w.max(0).values
     layers = list(range(1, w.size(1) + 1))

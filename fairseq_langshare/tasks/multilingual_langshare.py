@@ -12,6 +12,7 @@ language ids for training, validation, ``fairseq-generate`` and ``fairseq-intera
 
 import argparse
 import dataclasses
+import inspect
 import logging
 import os
 from enum import Enum
@@ -79,6 +80,7 @@ class MultilingualLangshareConfig(FairseqDataclass):
     train_subset: str = II("dataset.train_subset")
 
 
+LANG_KEYS = ("src_lang_id", "tgt_lang_id")
 _DICT_OPTIONS = ("extra_data", "extra_lang_pairs", "langtoks", "sampling_weights")
 
 
@@ -210,32 +212,46 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
             dataset, *args, required_batch_size_multiple=required_batch_size_multiple, **kwargs
         )
 
-    def ensure_lang_ids(self, sample):
-        """Give a batch per-sentence ids if its producer did not (``fairseq-interactive``
-        builds ``net_input`` from tokens only): at inference every row is ``-s`` -> ``-t``."""
-        net_input = sample["net_input"]
+    def ensure_lang_ids(self, sample, model=None):
+        """The batch as ``model`` takes it (the caller's batch is not modified): per-sentence ids
+        added if its producer gave none (``fairseq-interactive`` builds ``net_input`` from tokens
+        only; at inference every row is ``-s`` -> ``-t``), or removed for a plain fairseq model
+        (e.g. ``--arch transformer``) whose forward takes no ids."""
+        net_input = dict(sample["net_input"])
+        sample = {**sample, "net_input": net_input}
+        if model is not None and not takes_lang_ids(model):
+            for key in LANG_KEYS:
+                net_input.pop(key, None)
+            return sample
         if "tgt_lang_id" not in net_input and "tgt_lang_id" in sample:
             net_input["tgt_lang_id"] = sample["tgt_lang_id"]
-        if "src_lang_id" in net_input and "tgt_lang_id" in net_input:
+        if all(key in net_input for key in LANG_KEYS):
             return sample
         if self.args.source_lang is None or self.args.target_lang is None:
             raise ValueError("batch without language ids: pass -s/--source-lang and -t/--target-lang")
         bsz = net_input["src_tokens"].size(0)
-        device = net_input["src_tokens"].device
         attach_lang_ids(
             sample,
             [self.inventory.id(self.args.source_lang)] * bsz,
             [self.inventory.id(self.args.target_lang)] * bsz,
         )
-        for key in ("src_lang_id", "tgt_lang_id"):
-            net_input[key] = net_input[key].to(device)
+        for key in LANG_KEYS:
+            net_input[key] = net_input[key].to(net_input["src_tokens"].device)
         return sample
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        return super().train_step(self.ensure_lang_ids(sample), model, criterion, optimizer, update_num, ignore_grad)
+        sample = self.ensure_lang_ids(sample, model)
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     def valid_step(self, sample, model, criterion):
-        return super().valid_step(self.ensure_lang_ids(sample), model, criterion)
+        return super().valid_step(self.ensure_lang_ids(sample, model), model, criterion)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        return super().inference_step(generator, models, self.ensure_lang_ids(sample), prefix_tokens, constraints)
+        sample = self.ensure_lang_ids(sample, models[0])
+        return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+
+
+def takes_lang_ids(model) -> bool:
+    """Whether ``model.forward`` accepts ``src_lang_id`` (unwrapping DDP-style wrappers)."""
+    model = getattr(model, "module", model)
+    return "src_lang_id" in inspect.signature(model.forward).parameters
