@@ -217,3 +217,10 @@ def test_lsscore_is_eq7_and_dedicated_takes_positive_sublayers():
     assert dedicated_flags(s) == "--arch clsr_transformer --clsr-variant dedicated --clsr-dedicated enc1.self_attn,dec1.ffn"
     with pytest.raises(ValueError, match="one run per budget"):
         lsscore([runs[0], runs[0]])
+
+
+def test_effective_parameters_leave_out_other_languages_projections(clsr):
+    _, model = clsr
+    total = sum(p.numel() for p in model.parameters())
+    # two stack banks of 3 languages x 32 x 32: a pair uses one matrix of each
+    assert model.effective_parameters(0, 1) == total - 2 * 2 * 32 * 32

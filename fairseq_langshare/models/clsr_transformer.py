@@ -263,6 +263,13 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
             raise ValueError("--clsr-variant dedicated needs --clsr-dedicated (e.g. the list `langshare analyze clsr` prints)")
         return super().build_encoder(cfg, src_dict, embed_tokens)
 
+    def effective_parameters(self, src_lang_id: int, tgt_lang_id: int) -> int:
+        """Parameters one sentence of the pair can touch: all but other languages' W^lang."""
+        total = sum(p.numel() for p in self.parameters())
+        banks = {id(m): m for m in self.modules() if isinstance(m, LanguageProjections)}.values()
+        unused = sum(b.weight[0].numel() * (b.weight.size(0) - 1) for b in banks)
+        return total - unused
+
     def clsr_units(self) -> List[ClsrUnit]:
         return [m for m in self.modules() if isinstance(m, ClsrUnit)]
 
