@@ -125,8 +125,8 @@ def _check_plain_transformer(weights: Dict[str, torch.Tensor], model_cfg: Dict) 
         )
 
 
-def _unique_params(weights: Dict[str, torch.Tensor]) -> int:
-    """Parameters stored, counting tied weights (shared embeddings) once."""
+def _unique_params(weights: Dict[str, torch.Tensor], nbytes: bool = False) -> int:
+    """Parameters (or their bytes) stored, counting tied weights (shared embeddings) once."""
     seen, total = set(), 0
     for value in weights.values():
         if not torch.is_floating_point(value):
@@ -134,7 +134,7 @@ def _unique_params(weights: Dict[str, torch.Tensor]) -> int:
         key = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape))
         if key not in seen:
             seen.add(key)
-            total += value.numel()
+            total += value.numel() * (value.element_size() if nbytes else 1)
     return total
 
 
@@ -208,12 +208,14 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
         "path": str(out_path), "src": src, "tgt": tgt,
         "bytes": out_path.stat().st_size, "full_bytes": checkpoint.stat().st_size,
         "params": _unique_params(pair_weights), "full_params": _unique_params(weights),
+        "weight_bytes": _unique_params(pair_weights, nbytes=True), "full_weight_bytes": _unique_params(weights, nbytes=True),
     }
     report["param_ratio"] = report["params"] / max(report["full_params"], 1)
     if verbose:
-        print(f"exported {src}->{tgt} to {out_path}: {report['bytes'] / 1e6:.2f} MB, {report['params']:,} parameters "
-              f"({report['param_ratio']:.0%} of the model's {report['full_params']:,}); full checkpoint "
-              f"{report['full_bytes'] / 1e6:.2f} MB (with optimizer state)")
+        print(f"exported {src}->{tgt} to {out_path}: {report['bytes'] / 1e6:.2f} MB file, {report['params']:,} parameters "
+              f"({report['param_ratio']:.0%} of the full model's {report['full_params']:,}, whose weights take "
+              f"{report['full_weight_bytes'] / 1e6:.2f} MB; the full checkpoint file with optimizer state "
+              f"{report['full_bytes'] / 1e6:.2f} MB)")
     return report
 
 

@@ -38,6 +38,16 @@ def references(corpus, pair, tgt):
     return (corpus["raw"] / f"test.{pair}.{tgt}").read_text().splitlines()
 
 
+def test_checkpoint_stores_the_language_inventory(trained):
+    from fairseq import checkpoint_utils
+
+    from fairseq_langshare.languages import decode_inventory
+
+    save, _ = trained
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(save / "checkpoint_last.pt"))  # weights-only
+    assert decode_inventory(state["model"]["lang_inventory"]) == ["en", "xx", "yy"]
+
+
 def test_training_logs_and_learns(trained):
     _, records = trained
     valid = [r for r in records if "valid_loss" in r]

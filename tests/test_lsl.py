@@ -433,7 +433,7 @@ def test_search_select_dense_init_train(corpus, tmp_path, capsys):
     result = analysis.lsl_weights.analyze([search_dir / "checkpoint_last.pt"], tmp_path / "analysis")
     spec = result["architecture"]
     printed = capsys.readouterr().out.splitlines()
-    assert result["flag"] in printed and any(l.startswith("train it with: --arch lsl_transformer_tiny") for l in printed)
+    assert result["flag"] in printed and any(l.startswith("train it with") and "--arch lsl_transformer_tiny" in l for l in printed)
     records = train(task_args(corpus) + TRAIN + ["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", spec,
                                                  "--lsl-separate-decoder",
                                                  "--lsl-dense-init", str(search_dir / "checkpoint_last.pt"),

@@ -152,7 +152,7 @@ def analyze(checkpoints: Sequence, out_dir, verbose: bool = True) -> Dict:
             print(f"{entry['layer']:5d}  {entry['shared']:6.3f} {entry['src']:6.3f} {entry['tgt']:6.3f}   {side}")
         print(f"wrote {json_path} and {png_path}")
         print(flag)
-        print("train it with: " + " ".join(train_flags))
+        print("train it with the search run's other flags (without --lsl-search): " + " ".join(train_flags))
     return result
 
 

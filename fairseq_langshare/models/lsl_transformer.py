@@ -124,7 +124,8 @@ def make_plan(cfg, num_langs: int) -> LSLPlan:
     if (cfg.encoder.layers_to_keep or cfg.decoder.layers_to_keep) and (
             any(sides["encoder"]) or any(sides["decoder"])):
         raise LayerSpecError("--encoder/decoder-layers-to-keep renumbers layers; it cannot be combined with LSLs")
-    if cfg.checkpoint_activations and component != "layer":
+    partial = component != "layer" and (any(sides["encoder"]) or (any(sides["decoder"]) and not cfg.lsl_separate_decoder))
+    if cfg.checkpoint_activations and partial:
         raise ValueError(f"--checkpoint-activations re-runs layers outside the forward call, which --lsl-component "
                          f"{component} layers cannot; use --lsl-component layer or drop --checkpoint-activations")
     return LSLPlan(num_langs, sides["encoder"], sides["decoder"], component, bool(cfg.lsl_separate_decoder))

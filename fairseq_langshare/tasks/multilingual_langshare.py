@@ -252,6 +252,8 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
 
 
 def takes_lang_ids(model) -> bool:
-    """Whether ``model.forward`` accepts ``src_lang_id`` (unwrapping DDP-style wrappers)."""
-    model = getattr(model, "module", model)
+    """Whether ``model.forward`` accepts ``src_lang_id`` (unwrapping fairseq's DDP wrappers:
+    ModuleProxyWrapper -> DistributedDataParallel -> model)."""
+    while isinstance(getattr(model, "module", None), torch.nn.Module):
+        model = model.module
     return "src_lang_id" in inspect.signature(model.forward).parameters
