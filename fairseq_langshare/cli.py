@@ -9,6 +9,7 @@ Subcommands parse their flags and call one library function each:
 import argparse
 import logging
 import sys
+import warnings
 
 from . import analysis, evaluation, export
 from .data import gettext_corpus
@@ -28,8 +29,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# deprecation chatter of fairseq 0.12's dependencies (hydra 1.3, torch 2.13) on every in-process
+# fairseq-generate call; it says nothing a langshare user can act on
+QUIET_WARNINGS = ("version_base", "validated against ConfigStore", "no longer experimental",
+                  "package header", "strict flag", "pin_memory", "torch.cuda.amp", "mismatched key_padding_mask")
+
+
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for text in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=f".*{text}")
     args = build_parser().parse_args(argv)
     try:
         result = args.func(args)

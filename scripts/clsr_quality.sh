@@ -32,7 +32,8 @@ train() {  # NAME ARGS...
         --max-tokens 2048 --max-update "$UPDATES" --save-dir "$OUT/$name" --no-epoch-checkpoints \
         --validate-interval-updates 500 --save-interval-updates 500 --keep-interval-updates 1 \
         --cpu --num-workers 0 --seed 1 --log-format simple --log-interval 100 "$@" 2>&1 \
-        | tee "$OUT/$name.train.log" | awk '/train_inner|valid on|done training|Error/ { print; fflush() }'
+        | tee "$OUT/$name.train.log" \
+        | { grep --line-buffered -E "train_inner|valid on|done training|Error" || true; }
 }
 
 evaluate() {  # NAME [BASELINE_JSON]

@@ -34,7 +34,7 @@ fairseq-train "$CORPUS/bin" --user-dir "$PKG" --task multilingual_langshare \
     --no-epoch-checkpoints --save-dir "$OUT/checkpoints" \
     --cpu --num-workers 0 --seed 1 --log-format simple --log-interval 100 2>&1 \
     | tee "$OUT/train.log" \
-    | awk '/train_inner|valid on|Stopping|done training|Error|error/ { print; fflush() }'
+    | { grep --line-buffered -E "train_inner|valid on|Stopping|done training|Error|error" || true; }
 test -f "$OUT/checkpoints/checkpoint_last.pt" || { echo "training produced no checkpoint" >&2; exit 1; }
 
 echo "== 3/3 evaluation: every test direction, beam 4"
