@@ -290,7 +290,7 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
                     self.report_stat(f"gate_open_{stack}", sum(u.last_gate_sum for u in part) / n)
             self.report_stat("noise_alpha", learned[0].noise_scale())
         for u in learned:
-            u.last_gate_sum = None
+            u.reset_gate_record()
         return super().auxiliary_outputs()
 
 

@@ -86,9 +86,27 @@ class ClsrUnit(nn.Module, ScheduledModule):
         self.gate = ClsrGate(dim, gate_dim) if mode in ("learned", "soft") else None
         self.max_noise, self.noise_ramp_updates = max_noise, noise_ramp_updates
         self._gates: Optional[Tensor] = None
-        self.last_gate_sum: Optional[Tensor] = None
-        self.last_token_count = 0
+        self._last = None  # (gates (T, B), padding mask (B, T) or None) of the last forward
         self.collect: Optional[Callable] = None  # analysis hook: fn(name, gates (T,B), lang_ids, mask)
+
+    @property
+    def last_gate_sum(self) -> Optional[Tensor]:
+        """Sum of the last forward's gates over non-pad tokens (Eq. 6 numerator); None if reset."""
+        if self._last is None:
+            return None
+        gates, mask = self._last
+        return gates.sum() if mask is None else gates.masked_fill(mask.t(), 0.0).sum()
+
+    @property
+    def last_token_count(self) -> int:
+        """Non-pad tokens of the last forward (Eq. 6 denominator, per unit)."""
+        if self._last is None:
+            return 0
+        gates, mask = self._last
+        return gates.numel() if mask is None else int((~mask).sum())
+
+    def reset_gate_record(self) -> None:
+        self._last = None
 
     def noise_scale(self) -> float:
         """alpha(t): 0 at update 0, linear to ``max_noise`` at ``noise_ramp_updates``."""
@@ -110,10 +128,7 @@ class ClsrUnit(nn.Module, ScheduledModule):
             else:
                 self._gates = (logits >= 0).to(z.dtype)
         mask = self.languages.padding_mask(z.size(0))
-        keep = None if mask is None else (~mask).t().to(z.dtype)
-        gates = self._gates if keep is None else self._gates * keep
-        self.last_gate_sum = gates.sum()
-        self.last_token_count = int(keep.sum()) if keep is not None else z.size(0) * z.size(1)
+        self._last = (self._gates, mask)  # summed only if the budget asks (not while decoding)
         if self.collect is not None:
             self.collect(self.name, self._gates.detach(), self.languages.get(self.side), mask)
 

@@ -81,6 +81,8 @@ class LanguageIds:
     def bind(self, src: Optional[Tensor], tgt: Optional[Tensor], padding_mask: Optional[Tensor] = None):
         """``padding_mask`` (B, T): padding of the token stream this encoder/decoder processes."""
         previous = self._bound
+        if padding_mask is not None and not padding_mask.any():
+            padding_mask = None  # checked once per call, not once per layer
         self._bound = {"src": src, "tgt": tgt, "padding_mask": padding_mask}
         try:
             yield self
@@ -91,9 +93,10 @@ class LanguageIds:
         """Padding of the last ``length`` positions of the stream (incremental decoding
         processes only the newest token), or None when nothing is padded."""
         mask = None if self._bound is None else self._bound["padding_mask"]
-        if mask is None or not mask.any():
-            return None
-        return mask[:, -length:]
+        if mask is None or length == mask.size(1):
+            return mask
+        mask = mask[:, -length:]
+        return mask if mask.any() else None
 
     def get(self, side: str) -> Tensor:
         if side not in self.SIDES:
