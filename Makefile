@@ -18,7 +18,7 @@ $(STAMP): setup.py
 install: $(STAMP)
 
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=10 tests
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow" tests

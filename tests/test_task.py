@@ -85,4 +85,6 @@ def test_plain_fairseq_transformer_trains_on_the_task(corpus):
     ds = task.dataset("valid")
     batch = ds.collater([ds[i] for i in range(4)])
     loss, _, _ = task.valid_step(batch, model, LabelSmoothedCrossEntropyCriterion(task, False, 0.0))
-    assert torch.isfinite(loss) and "src_lang_id" not in batch["net_input"]
+    assert torch.isfinite(loss)
+    assert "src_lang_id" not in task.ensure_lang_ids(batch, model)["net_input"]
+    assert "src_lang_id" in batch["net_input"]  # the shared batch is left intact for other models
