@@ -78,12 +78,13 @@ def test_no_noise_at_update_zero_and_in_eval(clsr):
         model.auxiliary_outputs()
 
 
-def test_inference_gate_is_G_nonnegative_and_hard_path_matches_the_formula(clsr):
+@pytest.mark.parametrize("T,B", [(5, 3), (30, 4)])  # below / above DENSE_MAX_TOKENS (sparse path)
+def test_inference_gate_is_G_nonnegative_and_hard_path_matches_the_formula(clsr, T, B):
     _, model = clsr
     model.eval()
     unit = units(model)[0]
-    z, h = torch.randn(5, 3, 32), torch.randn(5, 3, 32)
-    ids = torch.tensor([0, 2, 1])
+    z, h = torch.randn(T, B, 32), torch.randn(T, B, 32)
+    ids = torch.tensor([0, 2, 1, 2][:B])
     with unit.languages.bind(src=ids, tgt=ids):
         unit.arm(z)
         hard = unit(h)

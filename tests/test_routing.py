@@ -94,3 +94,14 @@ def test_inventory_remaps_a_reorder_by_code_and_refuses_other_sets():
         inv.id("zz")
     with pytest.raises(ValueError, match="more than once"):
         LanguageInventory(["en", "en"])
+
+
+def test_grouping_cache_follows_the_ids_tensor_and_its_changes():
+    x = torch.randn(2, 3, 4)
+    lang = torch.tensor([0, 1, 0])
+    double = lambda l, xl, _: xl * (l + 1)
+    torch.testing.assert_close(route_by_language(x, lang, double), x * torch.tensor([1.0, 2.0, 1.0]).view(1, 3, 1))
+    lang[1] = 0  # in-place change: same object, new version
+    torch.testing.assert_close(route_by_language(x, lang, double), x)
+    other = torch.tensor([1, 1, 0])  # another tensor
+    torch.testing.assert_close(route_by_language(x, other, double), x * torch.tensor([2.0, 2.0, 1.0]).view(1, 3, 1))

@@ -16,6 +16,7 @@ import math
 from typing import Callable, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .routing import LanguageIds, route_by_language
@@ -26,6 +27,7 @@ __all__ = ["LanguageProjections", "ClsrGate", "ClsrUnit", "GATE_MODES"]
 # learned: hard gate with noise (CLSR); soft: sigmoid gate, no noise, continuous at inference
 # (CLSR-Gate); shared / language: gate fixed to 0 / 1 (CLSR-S / CLSR-L, Top-Bottom, Dedicated)
 GATE_MODES = ("learned", "soft", "shared", "language")
+DENSE_MAX_TOKENS = 64
 
 
 class LanguageProjections(nn.Module):
@@ -58,7 +60,8 @@ class ClsrGate(nn.Module):
         nn.init.xavier_uniform_(self.w2.weight)
 
     def forward(self, z: Tensor) -> Tensor:
-        return self.w2(torch.relu(self.fc1(z))).squeeze(-1)
+        hidden = torch.relu(F.linear(z, self.fc1.weight, self.fc1.bias))  # functional: decoding-path speed
+        return F.linear(hidden, self.w2.weight).squeeze(-1)
 
 
 class ClsrUnit(nn.Module, ScheduledModule):
@@ -85,28 +88,29 @@ class ClsrUnit(nn.Module, ScheduledModule):
         self.__dict__["languages"] = languages
         self.gate = ClsrGate(dim, gate_dim) if mode in ("learned", "soft") else None
         self.max_noise, self.noise_ramp_updates = max_noise, noise_ramp_updates
-        self._gates: Optional[Tensor] = None
-        self._last = None  # (gates (T, B), padding mask (B, T) or None) of the last forward
+        # per-call state in a plain dict (nn.Module.__setattr__ is slow on the decoding path):
+        # "gates" armed for the next forward, "last" = (gates, padding mask) for the budget
+        self._call = {"gates": None, "last": None}
         self.collect: Optional[Callable] = None  # analysis hook: fn(name, gates (T,B), lang_ids, mask)
 
     @property
     def last_gate_sum(self) -> Optional[Tensor]:
         """Sum of the last forward's gates over non-pad tokens (Eq. 6 numerator); None if reset."""
-        if self._last is None:
+        if self._call["last"] is None:
             return None
-        gates, mask = self._last
+        gates, mask = self._call["last"]
         return gates.sum() if mask is None else gates.masked_fill(mask.t(), 0.0).sum()
 
     @property
     def last_token_count(self) -> int:
         """Non-pad tokens of the last forward (Eq. 6 denominator, per unit)."""
-        if self._last is None:
+        if self._call["last"] is None:
             return 0
-        gates, mask = self._last
+        gates, mask = self._call["last"]
         return gates.numel() if mask is None else int((~mask).sum())
 
     def reset_gate_record(self) -> None:
-        self._last = None
+        self._call["last"] = None
 
     def noise_scale(self) -> float:
         """alpha(t): 0 at update 0, linear to ``max_noise`` at ``noise_ramp_updates``."""
@@ -115,25 +119,25 @@ class ClsrUnit(nn.Module, ScheduledModule):
     def arm(self, z: Tensor) -> None:
         """Compute this forward call's gates (T, B) from the sub-layer input ``z``."""
         if self.mode == "shared":
-            self._gates = z.new_zeros(z.shape[:2])
+            gates = z.new_zeros(z.shape[:2])
         elif self.mode == "language":
-            self._gates = z.new_ones(z.shape[:2])
+            gates = z.new_ones(z.shape[:2])
         else:
             logits = self.gate(z)
             if self.mode == "soft":
-                self._gates = torch.sigmoid(logits)
+                gates = torch.sigmoid(logits)
             elif self.training:
-                noise = torch.randn_like(logits) * self.noise_scale()
-                self._gates = torch.sigmoid(logits + noise)
+                gates = torch.sigmoid(logits + torch.randn_like(logits) * self.noise_scale())
             else:
-                self._gates = (logits >= 0).to(z.dtype)
+                gates = (logits >= 0).to(z.dtype)
         mask = self.languages.padding_mask(z.size(0))
-        self._last = (self._gates, mask)  # summed only if the budget asks (not while decoding)
+        self._call["gates"] = gates
+        self._call["last"] = (gates, mask)  # summed only if the budget asks (not while decoding)
         if self.collect is not None:
-            self.collect(self.name, self._gates.detach(), self.languages.get(self.side), mask)
+            self.collect(self.name, gates.detach(), self.languages.get(self.side), mask)
 
     def forward(self, h: Tensor) -> Tensor:
-        gates, self._gates = self._gates, None
+        gates, self._call["gates"] = self._call["gates"], None
         if gates is None:
             raise RuntimeError(f"CLSR unit {self.name} used without arm(): call arm(z) with the sub-layer input first")
         lang_ids = self.languages.get(self.side)
@@ -147,11 +151,16 @@ class ClsrUnit(nn.Module, ScheduledModule):
         return self._hard_inference(h, gates.bool(), lang_ids)
 
     def _hard_inference(self, h: Tensor, open_: Tensor, lang_ids: Tensor) -> Tensor:
-        """Each token runs only the projection its gate selects."""
-        if open_.all():
+        """Each token runs only the projection its gate selects. Below ``DENSE_MAX_TOKENS``
+        tokens per call (incremental decoding of a few beams) gathering tokens costs more than
+        it saves, so both projections run and the gate selects (same result)."""
+        n_open = int(open_.sum())
+        if n_open == open_.numel():
             return self.projections(h, lang_ids)
-        if not open_.any():
+        if n_open == 0:
             return self.shared(h)
+        if open_.numel() <= DENSE_MAX_TOKENS:
+            return torch.where(open_.unsqueeze(-1), self.projections(h, lang_ids), self.shared(h))
         out = h.new_empty(h.shape[:2] + (self.shared.out_features,))
         closed = ~open_
         out[closed] = self.shared(h[closed])

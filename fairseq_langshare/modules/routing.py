@@ -48,21 +48,39 @@ def route_by_language(
             f"route_by_language: lang_ids must have shape ({x.size(batch_dim)},) to match the "
             f"batch dimension {batch_dim} of x, got {tuple(lang_ids.shape)}"
         )
-    present, counts = torch.unique(lang_ids, sorted=True, return_counts=True)
-    if present.numel() == 1:  # single-language batch: no gather, no scatter
-        return fn(int(present[0]), x, padding_mask)
-    order = torch.argsort(lang_ids, stable=True)
+    langs, counts, order, inverse = _grouping(lang_ids)
+    if len(langs) == 1:  # single-language batch: no gather, no scatter
+        return fn(langs[0], x, padding_mask)
     xs = x.index_select(batch_dim, order)
     masks = padding_mask.index_select(0, order) if padding_mask is not None else None
     outs, start = [], 0
-    for lang, n in zip(present.tolist(), counts.tolist()):
+    for lang, n in zip(langs, counts):
         m = masks.narrow(0, start, n) if masks is not None else None
         outs.append(fn(lang, xs.narrow(batch_dim, start, n), m))
         start += n
-    y = torch.cat(outs, dim=batch_dim)
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(order.numel(), device=order.device)
-    return y.index_select(batch_dim, inverse)
+    return torch.cat(outs, dim=batch_dim).index_select(batch_dim, inverse)
+
+
+_last_grouping = (None, -1, None)  # (ids tensor, its version, grouping): every layer of a
+# forward call routes by the same ids tensor, so the grouping is computed once per call
+
+
+def _grouping(lang_ids: Tensor):
+    """(languages present, their row counts, rows sorted by language, inverse permutation)."""
+    global _last_grouping
+    cached_ids, version, grouping = _last_grouping
+    if cached_ids is lang_ids and version == lang_ids._version:
+        return grouping
+    present, counts = torch.unique(lang_ids, sorted=True, return_counts=True)
+    if present.numel() == 1:
+        grouping = ([int(present[0])], [lang_ids.numel()], None, None)
+    else:
+        order = torch.argsort(lang_ids, stable=True)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel(), device=order.device)
+        grouping = (present.tolist(), counts.tolist(), order, inverse)
+    _last_grouping = (lang_ids, lang_ids._version, grouping)
+    return grouping
 
 
 class LanguageIds:
