@@ -30,12 +30,8 @@ LSL = ["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "SRC={1} & TGT=
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and the machine is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(threads)
 
 @pytest.fixture(scope="module")
 def trained(corpus, tmp_path_factory):

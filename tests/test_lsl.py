@@ -48,12 +48,8 @@ VARIANTS = {  # name: (flags, sides whose ids change the output)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and the machine is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(threads)
 
 def build(corpus, *flags, pairs=M2M, arch="lsl_transformer_tiny", seed=1):
     task, model, args = build_task_and_model(corpus, arch=arch, extra=["--dropout", "0.0", *flags], pairs=pairs,
