@@ -225,3 +225,30 @@ def test_effective_parameters_leave_out_other_languages_projections(clsr):
     total = sum(p.numel() for p in model.parameters())
     # two stack banks of 3 languages x 32 x 32: a pair uses one matrix of each
     assert model.effective_parameters(0, 1) == total - 2 * 2 * 32 * 32
+
+
+def test_inference_gates_of_a_token_are_the_same_in_every_decoding_step(clsr):
+    """A decoder token's gate is computed once, when the token is fed, and equals its gate in
+    full (teacher-forced) decoding; earlier tokens are never re-gated."""
+    task, model = clsr
+    model.eval()
+    batch = collate(task, mixed_indices(task))
+    ni = batch["net_input"]
+    enc = model.encoder(ni["src_tokens"], ni["src_lengths"], src_lang_id=ni["src_lang_id"], tgt_lang_id=ni["tgt_lang_id"])
+    prev = ni["prev_output_tokens"]
+    full, steps = {}, {}
+    dec_units = [u for u in units(model) if u.name.startswith("dec")]
+    for u in dec_units:
+        u.collect = lambda name, g, ids, mask: full.setdefault(name, g.clone())
+    model.decoder(prev, encoder_out=enc)
+    for u in dec_units:
+        u.collect = lambda name, g, ids, mask: steps.setdefault(name, []).append(g.clone())
+    state = {}
+    for t in range(prev.size(1)):
+        model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
+    for u in dec_units:
+        u.collect = None
+    real = prev.ne(task.target_dictionary.pad()).t()
+    for name, per_step in steps.items():
+        assert all(g.size(0) == 1 for g in per_step)  # one new token per step
+        torch.testing.assert_close(torch.cat(per_step)[real], full[name][real])
