@@ -37,6 +37,7 @@ QUIET_WARNINGS = ("version_base", "validated against ConfigStore", "no longer ex
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     for text in QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=f"(?s).*{text}")
     args = build_parser().parse_args(argv)

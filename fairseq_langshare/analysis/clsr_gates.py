@@ -103,6 +103,7 @@ def plot_lsscore(scores: Dict, path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for kind in KINDS:
@@ -112,6 +113,7 @@ def plot_lsscore(scores: Dict, path: str) -> None:
         if points:
             ax.plot(*zip(*points), marker="o", label=kind.replace(".", " "))
     ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("layer")
     ax.set_ylabel("LSScore")
     ax.set_title(f"LSScore over budgets {scores['budgets']}")
