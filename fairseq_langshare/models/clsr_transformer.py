@@ -121,18 +121,6 @@ class ArmingLinear(nn.Linear):
         return super().forward(x)
 
 
-class ClsrFfnOutput(nn.Module):
-    """fc2 followed by the CLSR unit: g * h W_lang + (1 - g) * (h W_shared + b)."""
-
-    def __init__(self, fc2: nn.Linear, unit: ClsrUnit):
-        super().__init__()
-        self.fc2, self.unit = fc2, unit
-        self.out_features = fc2.out_features
-
-    def forward(self, x):
-        return self.unit(self.fc2(x))
-
-
 class ClsrLayerMixin:
     """What encoder and decoder layers share: their place in the stack and the FFN unit."""
 
@@ -155,8 +143,9 @@ class ClsrLayerMixin:
         nn.init.xavier_uniform_(shared.weight)
         nn.init.zeros_(shared.bias)
         unit = self._unit_factory("ffn")(shared)
+        unit.pre = fc2  # the unit runs fc2, then g * h W_lang + (1 - g) * (h W_shared + b)
         self.__dict__["_ffn_unit"] = unit
-        return ClsrFfnOutput(fc2, unit)
+        return unit
 
     def _link_ffn(self):
         self.fc1.__dict__["unit"] = self.__dict__.pop("_ffn_unit")

@@ -49,19 +49,19 @@ class LanguageProjections(nn.Module):
 
 
 class ClsrGate(nn.Module):
-    """G(z) = ReLU(z W1 + b) w2 (Eq. 5): a scalar logit per token."""
+    """G(z) = ReLU(z W1 + b) w2 (Eq. 5): a scalar logit per token. Plain parameters, no
+    submodules: it runs once per token and sub-layer at every decoding step."""
 
     def __init__(self, dim: int, hidden: int):
         super().__init__()
-        self.fc1 = nn.Linear(dim, hidden)
-        self.w2 = nn.Linear(hidden, 1, bias=False)
-        nn.init.xavier_uniform_(self.fc1.weight)
-        nn.init.zeros_(self.fc1.bias)
-        nn.init.xavier_uniform_(self.w2.weight)
+        self.w1 = nn.Parameter(torch.empty(hidden, dim))
+        self.b = nn.Parameter(torch.zeros(hidden))
+        self.w2 = nn.Parameter(torch.empty(1, hidden))
+        nn.init.xavier_uniform_(self.w1)
+        nn.init.xavier_uniform_(self.w2)
 
     def forward(self, z: Tensor) -> Tensor:
-        hidden = torch.relu(F.linear(z, self.fc1.weight, self.fc1.bias))  # functional: decoding-path speed
-        return F.linear(hidden, self.w2.weight).squeeze(-1)
+        return F.linear(torch.relu(F.linear(z, self.w1, self.b)), self.w2).squeeze(-1)
 
 
 class ClsrUnit(nn.Module, ScheduledModule):
@@ -92,6 +92,7 @@ class ClsrUnit(nn.Module, ScheduledModule):
         # "gates" armed for the next forward, "last" = (gates, padding mask) for the budget
         self._call = {"gates": None, "last": None}
         self.collect: Optional[Callable] = None  # analysis hook: fn(name, gates (T,B), lang_ids, mask)
+        self.pre: Optional[nn.Module] = None  # FFN units: fc2, whose output the unit projects
 
     @property
     def last_gate_sum(self) -> Optional[Tensor]:
@@ -99,6 +100,7 @@ class ClsrUnit(nn.Module, ScheduledModule):
         if self._call["last"] is None:
             return None
         gates, mask = self._call["last"]
+        gates = gates.to(torch.get_default_dtype()) if gates.dtype == torch.bool else gates
         return gates.sum() if mask is None else gates.masked_fill(mask.t(), 0.0).sum()
 
     @property
@@ -129,7 +131,7 @@ class ClsrUnit(nn.Module, ScheduledModule):
             elif self.training:
                 gates = torch.sigmoid(logits + torch.randn_like(logits) * self.noise_scale())
             else:
-                gates = (logits >= 0).to(z.dtype)
+                gates = logits >= 0  # hard decision, kept boolean for the inference path
         mask = self.languages.padding_mask(z.size(0))
         self._call["gates"] = gates
         self._call["last"] = (gates, mask)  # summed only if the budget asks (not while decoding)
@@ -137,6 +139,8 @@ class ClsrUnit(nn.Module, ScheduledModule):
             self.collect(self.name, gates.detach(), self.languages.get(self.side), mask)
 
     def forward(self, h: Tensor) -> Tensor:
+        if self.pre is not None:
+            h = self.pre(h)
         gates, self._call["gates"] = self._call["gates"], None
         if gates is None:
             raise RuntimeError(f"CLSR unit {self.name} used without arm(): call arm(z) with the sub-layer input first")
@@ -148,7 +152,7 @@ class ClsrUnit(nn.Module, ScheduledModule):
         if self.training or self.mode == "soft":
             g = gates.unsqueeze(-1)
             return g * self.projections(h, lang_ids) + (1 - g) * self.shared(h)
-        return self._hard_inference(h, gates.bool(), lang_ids)
+        return self._hard_inference(h, gates if gates.dtype == torch.bool else gates.bool(), lang_ids)
 
     def _hard_inference(self, h: Tensor, open_: Tensor, lang_ids: Tensor) -> Tensor:
         """Each token runs only the projection its gate selects. Below ``DENSE_MAX_TOKENS``
