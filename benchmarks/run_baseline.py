@@ -46,10 +46,11 @@ def corpus_dir():
     return out
 
 
-def main(argv=None) -> int:
+def run_comparisons(argv, prog, description, comparisons) -> int:
+    """Parse the measurement flags and run ``comparisons`` [(name, A label, A, B label, B)]."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run_baseline", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=[c[0] for c in COMPARISONS], help="run one comparison only")
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--only", choices=[c[0] for c in comparisons], help="run one comparison only")
     parser.add_argument("--results-dir", default=os.path.join(REPO_ROOT, "benchmarks", "results"),
                         help="where the JSON results go (default benchmarks/results)")
     args = add_measurement_args(parser).parse_args(argv)
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
     from .run import read_corpus
 
     data, langs, pairs = read_corpus(corpus_dir())
-    for name, a_label, a, b_label, b in COMPARISONS:
+    for name, a_label, a, b_label, b in comparisons:
         if args.only and name != args.only:
             continue
         settings = settings_from_args(args, name, data, langs, pairs, a, b, a_label, b_label)
@@ -65,6 +66,10 @@ def main(argv=None) -> int:
                                 markdown=None if args.no_append else args.doc)
         sys.stdout.write("\n" + markdown(result))
     return 0
+
+
+def main(argv=None) -> int:
+    return run_comparisons(argv, "python -m benchmarks.run_baseline", __doc__.split("\n\n")[0], COMPARISONS)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import torch
 from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_langshare.modules.clsr import ClsrUnit
-from test_language_aware_model import collate, mixed_indices, row_keys
+from test_language_aware_model import assert_incremental_equals_full, collate, encode, mixed_indices, row_keys
 from tiny_corpus import build_task_and_model
 
 RAMP = 100
@@ -166,16 +166,7 @@ def test_mixed_batch_invariance_and_beam_search(corpus, pairs):
 def test_incremental_decoding_equals_full_decoding(clsr):
     task, model = clsr
     model.eval()
-    batch = collate(task, mixed_indices(task))
-    ni = batch["net_input"]
-    enc = model.encoder(ni["src_tokens"], ni["src_lengths"], src_lang_id=ni["src_lang_id"], tgt_lang_id=ni["tgt_lang_id"])
-    prev = ni["prev_output_tokens"]
-    full = model.decoder(prev, encoder_out=enc)[0]
-    state = {}
-    steps = torch.cat([model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0]
-                       for t in range(prev.size(1))], dim=1)
-    real = prev.ne(task.target_dictionary.pad())
-    torch.testing.assert_close(steps[real], full[real], atol=1e-5, rtol=1e-4)
+    assert_incremental_equals_full(task, model, collate(task, mixed_indices(task)))
 
 
 def test_variants_build_and_derived_flags(corpus):
@@ -233,9 +224,8 @@ def test_inference_gates_of_a_token_are_the_same_in_every_decoding_step(clsr):
     task, model = clsr
     model.eval()
     batch = collate(task, mixed_indices(task))
-    ni = batch["net_input"]
-    enc = model.encoder(ni["src_tokens"], ni["src_lengths"], src_lang_id=ni["src_lang_id"], tgt_lang_id=ni["tgt_lang_id"])
-    prev = ni["prev_output_tokens"]
+    enc = encode(model, batch)
+    prev = batch["net_input"]["prev_output_tokens"]
     full, steps = {}, {}
     dec_units = [u for u in units(model) if u.name.startswith("dec")]
     for u in dec_units:

@@ -109,17 +109,25 @@ def test_encoder_out_carries_and_reorders_ids(setup):
     assert torch.equal(re["src_lang_id"][0], ni["src_lang_id"][order])
 
 
-def test_incremental_decoding_equals_full_decoding(setup):
-    task, _, probe, _ = setup
-    batch = collate(task, mixed_indices(task))
+def encode(model, batch):
     ni = batch["net_input"]
-    enc = probe.encoder(ni["src_tokens"], ni["src_lengths"], src_lang_id=ni["src_lang_id"], tgt_lang_id=ni["tgt_lang_id"])
-    prev = ni["prev_output_tokens"]
-    full = probe.decoder(prev, encoder_out=enc)[0]
+    return model.encoder(ni["src_tokens"], ni["src_lengths"], src_lang_id=ni["src_lang_id"], tgt_lang_id=ni["tgt_lang_id"])
+
+
+def assert_incremental_equals_full(task, model, batch):
+    """Step-by-step decoding with fairseq's incremental state gives the teacher-forced outputs."""
+    enc = encode(model, batch)
+    prev = batch["net_input"]["prev_output_tokens"]
+    full = model.decoder(prev, encoder_out=enc)[0]
     state = {}
-    steps = [probe.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0] for t in range(prev.size(1))]
+    steps = [model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0] for t in range(prev.size(1))]
     real = prev.ne(task.target_dictionary.pad())  # full decoding masks padded positions
     torch.testing.assert_close(torch.cat(steps, dim=1)[real], full[real], atol=1e-5, rtol=1e-4)
+
+
+def test_incremental_decoding_equals_full_decoding(setup):
+    task, _, probe, _ = setup
+    assert_incremental_equals_full(task, probe, collate(task, mixed_indices(task)))
 
 
 def test_beam_search_keeps_each_hypothesis_language(setup):
