@@ -49,6 +49,7 @@ class LanguageInventory:
             raise ValueError(f"invalid language codes {bad}: codes must be non-empty and contain no ',' or '-'")
         self.langs: List[str] = langs
         self._index: Dict[str, int] = {c: i for i, c in enumerate(langs)}
+        self._pinned_by = None  # the first checkpoint loaded fixes the ids for every later one
 
     def __len__(self):
         return len(self.langs)
@@ -68,7 +69,15 @@ class LanguageInventory:
         """Make ids follow ``stored`` (the inventory the weights were trained with)."""
         stored = list(stored)
         if stored == self.langs:
+            self._pinned_by = self._pinned_by or where
             return
+        if self._pinned_by is not None:
+            # one inventory serves every model of the task (an ensemble): ids cannot follow two orders
+            raise LanguageInventoryMismatch(
+                f"the {where} orders the languages {','.join(stored)} but an already loaded "
+                f"{self._pinned_by} orders them {','.join(self.langs)}; models loaded together must "
+                f"share one --langs order"
+            )
         if sorted(stored) == sorted(self.langs) and self.order_fixed_by:
             raise LanguageInventoryMismatch(
                 f"the {where} was trained with --langs {','.join(stored)} but this run orders them "
@@ -81,6 +90,7 @@ class LanguageInventory:
             )
             self.langs = stored
             self._index = {c: i for i, c in enumerate(stored)}
+            self._pinned_by = where
             return
         missing = sorted(set(self.langs) - set(stored))
         extra = sorted(set(stored) - set(self.langs))

@@ -242,3 +242,13 @@ def test_inference_gates_of_a_token_are_the_same_in_every_decoding_step(clsr):
     for name, per_step in steps.items():
         assert all(g.size(0) == 1 for g in per_step)  # one new token per step
         torch.testing.assert_close(torch.cat(per_step)[real], full[name][real])
+
+
+def test_training_without_a_noise_horizon_is_a_clear_error(corpus):
+    task, model, _ = build_task_and_model(corpus, arch="clsr_transformer_tiny", extra=["--clsr-encoder-lang", "tgt"])
+    task.load_dataset("valid")
+    model.train()
+    with pytest.raises(ValueError, match="pass --max-update N"):
+        model(**collate(task, [0, 1])["net_input"])
+    model.eval()
+    model(**collate(task, [0, 1])["net_input"])  # decoding needs no schedule

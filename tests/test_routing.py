@@ -86,7 +86,7 @@ def test_inventory_remaps_a_reorder_by_code_and_refuses_other_sets():
     inv.adopt(["en", "xx", "yy"])
     assert [inv.id(c) for c in ("en", "xx", "yy")] == [0, 1, 2]
     with pytest.raises(LanguageInventoryMismatch, match="pass --langs en,xx,yy,zz"):
-        inv.adopt(["en", "xx", "yy", "zz"])
+        LanguageInventory(["yy", "en", "xx"]).adopt(["en", "xx", "yy", "zz"])
     fixed = LanguageInventory(["yy", "en", "xx"], order_fixed_by="tokens are numbered in order")
     with pytest.raises(LanguageInventoryMismatch, match="tokens are numbered in order; pass --langs en,xx,yy"):
         fixed.adopt(["en", "xx", "yy"])
@@ -105,3 +105,21 @@ def test_grouping_cache_follows_the_ids_tensor_and_its_changes():
     torch.testing.assert_close(route_by_language(x, lang, double), x)
     other = torch.tensor([1, 1, 0])  # another tensor
     torch.testing.assert_close(route_by_language(x, other, double), x * torch.tensor([2.0, 2.0, 1.0]).view(1, 3, 1))
+
+
+def test_routing_under_inference_mode():
+    x = torch.randn(2, 3, 4)
+    with torch.inference_mode():
+        lang = torch.tensor([0, 1, 0])  # an inference tensor: no version counter, never cached
+        y = route_by_language(x, lang, lambda l, xl, _: xl * (l + 1))
+    torch.testing.assert_close(y, x * torch.tensor([1.0, 2.0, 1.0]).view(1, 3, 1))
+
+
+def test_models_loaded_together_must_share_one_order():
+    from fairseq_langshare.languages import LanguageInventory, LanguageInventoryMismatch
+
+    inv = LanguageInventory(["de", "en", "fr"])
+    inv.adopt(["de", "en", "fr"], where="checkpoint a.pt")
+    with pytest.raises(LanguageInventoryMismatch, match="already loaded checkpoint a.pt"):
+        inv.adopt(["en", "de", "fr"], where="checkpoint b.pt")
+    assert inv.langs == ["de", "en", "fr"]

@@ -9,6 +9,7 @@ criterion. Variants (Tables 1 and 7) are one flag, ``--clsr-variant``.
 """
 
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -19,6 +20,7 @@ from fairseq.models.transformer import TransformerConfig
 from fairseq.models.transformer.transformer_legacy import base_architecture
 from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+from omegaconf import OmegaConf, open_dict
 from torch import nn
 
 from ..modules.auxiliary import AuxiliaryReporter
@@ -240,8 +242,10 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         if not 0.0 <= budget <= 1.0:
             raise ValueError(f"--clsr-budget {budget} is outside [0, 1]: p is the share of open gates")
         if getattr(args, "clsr_noise_ramp_updates", 0) in (0, None):
-            # alpha grows over the whole run (the authors' setting)
-            args.clsr_noise_ramp_updates = int(getattr(args, "max_update", 0) or 0)
+            # alpha grows over the whole run (the authors' setting); without --max-update the
+            # ramp stays 0 and training refuses to start (ClsrUnit.noise_scale)
+            with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
+                args.clsr_noise_ramp_updates = int(getattr(args, "max_update", 0) or 0)
         model = super().build_model(args, task)
         return model
 
@@ -277,7 +281,8 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
                 if part:
                     n = max(sum(u.last_token_count for u in part), 1)
                     self.report_stat(f"gate_open_{stack}", sum(u.last_gate_sum for u in part) / n)
-            self.report_stat("noise_alpha", learned[0].noise_scale())
+            if self.training and learned[0].mode == "learned":
+                self.report_stat("noise_alpha", learned[0].noise_scale())
         for u in learned:
             u.reset_gate_record()
         return super().auxiliary_outputs()

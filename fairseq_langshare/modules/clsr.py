@@ -116,6 +116,9 @@ class ClsrUnit(nn.Module, ScheduledModule):
 
     def noise_scale(self) -> float:
         """alpha(t): 0 at update 0, linear to ``max_noise`` at ``noise_ramp_updates``."""
+        if self.noise_ramp_updates <= 0:
+            raise ValueError("CLSR's noise alpha(t) ramps over the run but its length is unknown: "
+                             "pass --max-update N (or --clsr-noise-ramp-updates N)")
         return linear_ramp(self.num_updates, self.noise_ramp_updates, self.max_noise)
 
     def arm(self, z: Tensor) -> None:

@@ -68,9 +68,11 @@ _last_grouping = (None, -1, None)  # (ids tensor, its version, grouping): every 
 def _grouping(lang_ids: Tensor):
     """(languages present, their row counts, rows sorted by language, inverse permutation)."""
     global _last_grouping
-    cached_ids, version, grouping = _last_grouping
-    if cached_ids is lang_ids and version == lang_ids._version:
-        return grouping
+    cacheable = not lang_ids.is_inference()  # inference-mode tensors have no version counter
+    if cacheable:
+        cached_ids, version, grouping = _last_grouping
+        if cached_ids is lang_ids and version == lang_ids._version:
+            return grouping
     present, counts = torch.unique(lang_ids, sorted=True, return_counts=True)
     if present.numel() == 1:
         grouping = ([int(present[0])], [lang_ids.numel()], None, None)
@@ -79,7 +81,8 @@ def _grouping(lang_ids: Tensor):
         inverse = torch.empty_like(order)
         inverse[order] = torch.arange(order.numel(), device=order.device)
         grouping = (present.tolist(), counts.tolist(), order, inverse)
-    _last_grouping = (lang_ids, lang_ids._version, grouping)
+    if cacheable:
+        _last_grouping = (lang_ids, lang_ids._version, grouping)
     return grouping
 
 
