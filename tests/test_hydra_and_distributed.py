@@ -46,16 +46,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_two_process_gloo_training(corpus, tmp_path):
-    """On the CPU fairseq's spawn launcher starts min(#GPUs, world size) = 0 processes and its
+def train_two_gloo_ranks(corpus, tmp_path, model_args, max_tokens=500):
+    """fairseq-train for 3 updates on 2 gloo ranks; returns each rank's output.
+
+    On the CPU fairseq's spawn launcher starts min(#GPUs, world size) = 0 processes and its
     torchrun path divides by the GPU count, so each rank is started with an explicit
     --distributed-rank and --distributed-no-spawn (fairseq's call_main/distributed_main)."""
     port = free_port()
     common = [str(BIN / "fairseq-train"), str(corpus["bin"]), "--user-dir", PKG_DIR,
               "--task", "multilingual_langshare", "--langs", "en,xx,yy", "--lang-pairs", "en-xx,en-yy",
-              "--encoder-langtok", "tgt", "--arch", "langshare_transformer_tiny",
+              "--encoder-langtok", "tgt", *model_args,
               "--criterion", "langshare_label_smoothed_cross_entropy", "--optimizer", "adam", "--lr", "0.001",
-              "--max-tokens", "500", "--max-update", "3", "--cpu", "--num-workers", "0",
+              "--max-tokens", str(max_tokens), "--max-update", "3", "--cpu", "--num-workers", "0",
               "--log-format", "json", "--log-interval", "1", "--save-dir", str(tmp_path / "ckpt"),
               "--no-epoch-checkpoints", "--distributed-backend", "gloo", "--distributed-world-size", "2",
               "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn",
@@ -66,6 +68,11 @@ def test_two_process_gloo_training(corpus, tmp_path):
     outs = [p.communicate(timeout=600)[0] for p in procs]
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-3000:]
+    return outs
+
+
+def test_two_process_gloo_training(corpus, tmp_path):
+    outs = train_two_gloo_ranks(corpus, tmp_path, ["--arch", "langshare_transformer_tiny"])
     assert "distributed init (rank 1)" in outs[1] and "distributed init (rank 0)" in outs[0]
     assert max(updates_logged(outs[0])) == 3
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()

@@ -4,10 +4,6 @@ search mode (Eq. 1) and selection, dense initialisation, per-sentence routing.""
 import argparse
 import copy
 import json
-import os
-import socket
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -28,6 +24,7 @@ from fairseq_langshare.modules.language_specific_layer import (
     format_layer_spec,
     parse_layer_spec,
 )
+from test_hydra_and_distributed import train_two_gloo_ranks
 from test_language_aware_model import collate, mixed_indices, row_keys
 from tiny_corpus import PKG_DIR, build_task_and_model, task_args, train
 
@@ -378,34 +375,11 @@ def test_bad_layer_specs_are_one_line_errors(corpus, flags, message):
 
 # --- distributed training with unused language branches --------------------------------------
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_process_gloo_training_with_unused_branches(corpus, tmp_path):
     """Rank batches leave some languages' LSLs unused; legacy_ddp all-reduces them as zeros."""
-    port = free_port()
-    entry = ("import sys, fairseq_langshare.models.lsl_transformer; from fairseq_cli.train import cli_main; "
-             "sys.argv[0] = 'fairseq-train'; cli_main()")
-    common = [sys.executable, "-c", entry, str(corpus["bin"]), "--user-dir", PKG_DIR,
-              "--task", "multilingual_langshare", "--langs", "en,xx,yy", "--lang-pairs", "en-xx,en-yy",
-              "--encoder-langtok", "tgt", "--arch", "lsl_transformer_tiny",
-              "--lsl-encoder-layers", "SRC={1} & TGT={3,4}", "--lsl-separate-decoder",
-              "--criterion", "langshare_label_smoothed_cross_entropy", "--optimizer", "adam", "--lr", "0.001",
-              "--max-tokens", "200", "--max-update", "3", "--cpu", "--num-workers", "0",
-              "--log-format", "json", "--log-interval", "1", "--save-dir", str(tmp_path / "ckpt"),
-              "--no-epoch-checkpoints", "--distributed-backend", "gloo", "--distributed-world-size", "2",
-              "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn",
-              "--ddp-backend", "legacy_ddp"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen(common + ["--distributed-rank", str(rank)], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
+    outs = train_two_gloo_ranks(corpus, tmp_path, ["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers",
+                                                   "SRC={1} & TGT={3,4}", "--lsl-separate-decoder"], max_tokens=200)
     assert '"num_updates": "3"' in outs[0]
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
 
