@@ -15,7 +15,7 @@ COMPARISONS = [
     # (name, B label, B); A is always langshare_transformer_small
     ("clsr-vs-baseline", "clsr_transformer_small (p = 0.3, target-specific encoder)",
      ["--arch", "clsr_transformer_small", "--share-all-embeddings", "--dropout", "0.1",
-      "--clsr-encoder-lang", "tgt", "--clsr-budget", "0.3"]),
+      "--clsr-encoder-lang", "tgt", "--clsr-budget", "0.3", "--clsr-noise-ramp-updates", "1000"]),
 ]
 
 

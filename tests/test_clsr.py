@@ -88,7 +88,7 @@ def test_inference_gate_is_G_nonnegative_and_hard_path_matches_the_formula(clsr,
     with unit.languages.bind(src=ids, tgt=ids):
         unit.arm(z)
         hard = unit(h)
-    g = (unit.gate(z) >= 0).float().unsqueeze(-1)
+    g = (unit.gate(z) >= 0).float()
     expected = g * unit.projections(h, ids) + (1 - g) * unit.shared(h)
     torch.testing.assert_close(hard, expected)
     assert 0 < g.mean() < 1, "test needs both open and closed gates"

@@ -49,8 +49,8 @@ class LanguageProjections(nn.Module):
 
 
 class ClsrGate(nn.Module):
-    """G(z) = ReLU(z W1 + b) w2 (Eq. 5): a scalar logit per token. Plain parameters, no
-    submodules: it runs once per token and sub-layer at every decoding step."""
+    """G(z) = ReLU(z W1 + b) w2 (Eq. 5): a logit per token, shape (T, B, 1). Plain parameters,
+    no submodules: it runs once per token and sub-layer at every decoding step."""
 
     def __init__(self, dim: int, hidden: int):
         super().__init__()
@@ -61,7 +61,8 @@ class ClsrGate(nn.Module):
         nn.init.xavier_uniform_(self.w2)
 
     def forward(self, z: Tensor) -> Tensor:
-        return F.linear(torch.relu(F.linear(z, self.w1, self.b)), self.w2).squeeze(-1)
+        p = self._parameters
+        return F.linear(torch.relu(F.linear(z, p["w1"], p["b"])), p["w2"])
 
 
 class ClsrUnit(nn.Module, ScheduledModule):
@@ -100,6 +101,7 @@ class ClsrUnit(nn.Module, ScheduledModule):
         if self._call["last"] is None:
             return None
         gates, mask = self._call["last"]
+        gates = gates.squeeze(-1)
         gates = gates.to(torch.get_default_dtype()) if gates.dtype == torch.bool else gates
         return gates.sum() if mask is None else gates.masked_fill(mask.t(), 0.0).sum()
 
@@ -122,55 +124,61 @@ class ClsrUnit(nn.Module, ScheduledModule):
         return linear_ramp(self.num_updates, self.noise_ramp_updates, self.max_noise)
 
     def arm(self, z: Tensor) -> None:
-        """Compute this forward call's gates (T, B) from the sub-layer input ``z``."""
-        if self.mode == "shared":
-            gates = z.new_zeros(z.shape[:2])
-        elif self.mode == "language":
-            gates = z.new_ones(z.shape[:2])
+        """Compute this forward call's gates (T, B, 1) from the sub-layer input ``z``."""
+        mode = self.mode
+        if mode == "shared":
+            gates = z.new_zeros(z.shape[:2] + (1,))
+        elif mode == "language":
+            gates = z.new_ones(z.shape[:2] + (1,))
         else:
-            logits = self.gate(z)
-            if self.mode == "soft":
+            logits = self._modules["gate"](z)
+            if mode == "soft":
                 gates = torch.sigmoid(logits)
             elif self.training:
                 gates = torch.sigmoid(logits + torch.randn_like(logits) * self.noise_scale())
             else:
                 gates = logits >= 0  # hard decision, kept boolean for the inference path
         mask = self.languages.padding_mask(z.size(0))
-        self._call["gates"] = gates
-        self._call["last"] = (gates, mask)  # summed only if the budget asks (not while decoding)
+        call = self._call
+        call["gates"] = gates
+        call["last"] = (gates, mask)  # summed only if the budget asks (not while decoding)
         if self.collect is not None:
-            self.collect(self.name, gates.detach(), self.languages.get(self.side), mask)
+            self.collect(self.name, gates.detach().squeeze(-1), self.languages.get(self.side), mask)
 
     def forward(self, h: Tensor) -> Tensor:
-        if self.pre is not None:
-            h = self.pre(h)
-        gates, self._call["gates"] = self._call["gates"], None
+        modules, call = self._modules, self._call
+        pre = modules["pre"] if "pre" in modules else None
+        if pre is not None:
+            h = pre(h)
+        gates, call["gates"] = call["gates"], None
         if gates is None:
             raise RuntimeError(f"CLSR unit {self.name} used without arm(): call arm(z) with the sub-layer input first")
+        mode, shared = self.mode, modules["shared"]
+        if mode == "shared":
+            return F.linear(h, shared.weight, shared.bias)
         lang_ids = self.languages.get(self.side)
-        if self.mode == "shared":
-            return self.shared(h)
-        if self.mode == "language":
+        if mode == "language":
             return self.projections(h, lang_ids)
-        if self.training or self.mode == "soft":
-            g = gates.unsqueeze(-1)
-            return g * self.projections(h, lang_ids) + (1 - g) * self.shared(h)
-        return self._hard_inference(h, gates if gates.dtype == torch.bool else gates.bool(), lang_ids)
+        if self.training or mode == "soft":
+            return gates * self.projections(h, lang_ids) + (1 - gates) * F.linear(h, shared.weight, shared.bias)
+        return self._hard_inference(h, gates, lang_ids, shared)
 
-    def _hard_inference(self, h: Tensor, open_: Tensor, lang_ids: Tensor) -> Tensor:
+    def _hard_inference(self, h: Tensor, open_: Tensor, lang_ids: Tensor, shared: nn.Linear) -> Tensor:
         """Each token runs only the projection its gate selects. Below ``DENSE_MAX_TOKENS``
         tokens per call (incremental decoding of a few beams) gathering tokens costs more than
-        it saves, so both projections run and the gate selects (same result)."""
+        it saves, so when gates disagree both projections run and the gate selects (same result)."""
+        weight, bias = shared.weight, shared.bias
         n_open = int(open_.sum())
         if n_open == open_.numel():
             return self.projections(h, lang_ids)
         if n_open == 0:
-            return self.shared(h)
+            return F.linear(h, weight, bias)
         if open_.numel() <= DENSE_MAX_TOKENS:
-            return torch.where(open_.unsqueeze(-1), self.projections(h, lang_ids), self.shared(h))
-        out = h.new_empty(h.shape[:2] + (self.shared.out_features,))
+            return torch.where(open_, self.projections(h, lang_ids), F.linear(h, weight, bias))
+        open_ = open_.squeeze(-1)
+        out = h.new_empty(h.shape[:2] + (weight.size(0),))
         closed = ~open_
-        out[closed] = self.shared(h[closed])
+        out[closed] = F.linear(h[closed], weight, bias)
         t_idx, b_idx = open_.nonzero(as_tuple=True)
         out[t_idx, b_idx] = self.projections.tokens(h[t_idx, b_idx], lang_ids[b_idx])
         return out
