@@ -4,9 +4,10 @@ The result is a fairseq ``transformer`` (arch ``transformer``) with a
 ``translation_multi_simple_epoch`` task config: fairseq's own model and task, so
 ``fairseq-generate --task translation_multi_simple_epoch`` (no ``--user-dir``) loads it and adds
 the same language tokens as the full model's ``multilingual_langshare`` run, and translates the
-pair exactly as the full model does. It holds only the weights that pair uses, no optimizer
-state, and no pickled Python objects (``args: None``; ``cfg`` is plain dicts and lists), so it
-loads under ``torch.load(weights_only=True)`` without any allow-listing.
+pair exactly as the full model does (adapter models are the exception: see ``export_model``
+below). It holds only the weights that pair uses, no optimizer state, and no pickled Python
+objects (``args: None``; ``cfg`` is plain dicts and lists), so it loads under
+``torch.load(weights_only=True)`` without any allow-listing.
 
 Generic over methods: a model class that has language-specific parts provides
 
@@ -14,9 +15,12 @@ Generic over methods: a model class that has language-specific parts provides
     def export_state_dict(cls, state_dict, model_cfg, src_id, tgt_id) -> (state_dict, cfg_changes)
 
 returning the pair's weights under fairseq ``transformer`` names and model-config changes
-(``None`` deletes a key). A model without one (``langshare_transformer``) exports itself. The
-result is always checked against the keys and shapes of a plain ``transformer`` built from the
-exported config before anything is written; the file is written to a temporary name and renamed.
+(``None`` deletes a key). A model without one (``langshare_transformer``) exports itself. A method
+whose pair sub-network is no plain Transformer (adapters) names the registered model it exports to
+in a class attribute ``export_model`` (default ``"transformer"``); that model's own options are kept
+in the exported config, and loading it needs ``--user-dir``. The result is always checked against
+the keys and shapes of the export model built from the exported config before anything is written;
+the file is written to a temporary name and renamed.
 """
 
 import argparse
@@ -79,16 +83,24 @@ def _plain(value):
     return str(value)
 
 
-def _model_config(model_cfg, changes) -> Dict:
+def _own_keys(export_cls):
+    """The options an export model declares beyond fairseq's transformer (its ``config_class``)."""
+    config = getattr(export_cls, "config_class", None)
+    if not (dataclasses.is_dataclass(config) and issubclass(config, TransformerConfig)):
+        return set()
+    return {f.name for f in dataclasses.fields(config)} - {f.name for f in dataclasses.fields(TransformerConfig)}
+
+
+def _model_config(model_cfg, changes, export_name: str = PLAIN_ARCH, export_cls=None) -> Dict:
     values = _plain(model_cfg)
     for key, value in changes.items():
         if value is None:
             values.pop(key, None)
         else:
             values[key] = value
-    keep = _transformer_keys()
+    keep = _transformer_keys() | _own_keys(export_cls)
     values = {k: v for k, v in values.items() if k in keep}
-    values["_name"] = values["arch"] = PLAIN_ARCH
+    values["_name"] = values["arch"] = export_name
     return values
 
 
@@ -99,9 +111,9 @@ def _task_config(task_cfg, src: str, tgt: str) -> Dict:
     return values
 
 
-def _check_plain_transformer(weights: Dict[str, torch.Tensor], model_cfg: Dict) -> None:
-    """Build fairseq's transformer from the exported config (on the meta device: no memory) and
-    require exactly its keys and shapes."""
+def _check_export_model(weights: Dict[str, torch.Tensor], model_cfg: Dict, export_cls=TransformerModel) -> None:
+    """Build the export model (fairseq's transformer unless the method names another) from the
+    exported config (on the meta device: no memory) and require exactly its keys and shapes."""
     def dictionary(size):
         d = Dictionary()
         while len(d) < size:
@@ -113,13 +125,13 @@ def _check_plain_transformer(weights: Dict[str, torch.Tensor], model_cfg: Dict) 
     task = argparse.Namespace(source_dictionary=src, target_dictionary=tgt)
     args = argparse.Namespace(**model_cfg)
     with torch.device("meta"):
-        expected = {k: tuple(v.shape) for k, v in TransformerModel.build_model(args, task).state_dict().items()}
+        expected = {k: tuple(v.shape) for k, v in export_cls.build_model(args, task).state_dict().items()}
     got = {k: tuple(v.shape) for k, v in weights.items()}
     missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
     wrong = sorted(k for k in set(expected) & set(got) if expected[k] != got[k])
     if missing or extra or wrong:
         raise ExportError(
-            "the exported weights are not a plain fairseq transformer "
+            f"the exported weights are not a {model_cfg['_name']} model "
             f"(missing {missing[:3]}, unexpected {extra[:3]}, wrong shapes {wrong[:3]}); the model class needs an "
             "export_state_dict(state_dict, model_cfg, src_id, tgt_id) that selects the pair's sub-network"
         )
@@ -169,8 +181,10 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
         pair_weights, changes = exporter(weights, cfg.model, src_id, tgt_id)
     else:
         pair_weights, changes = {k: v for k, v in weights.items() if k != "lang_inventory"}, {}
-    model_cfg = _model_config(cfg.model, changes)
-    _check_plain_transformer(pair_weights, model_cfg)
+    export_name = getattr(model_cls, "export_model", PLAIN_ARCH)
+    export_cls = MODEL_REGISTRY[export_name]
+    model_cfg = _model_config(cfg.model, changes, export_name, export_cls)
+    _check_export_model(pair_weights, model_cfg, export_cls)
 
     sections = {k: _plain(cfg[k]) for k in cfg if k not in ("model", "task")}
     if isinstance(sections.get("common"), dict):
@@ -243,7 +257,8 @@ def add_subcommand(subparsers) -> None:
         help="write one language pair's sub-network as a plain fairseq transformer checkpoint",
         description="Write the weights one language pair uses as a plain fairseq `transformer` checkpoint that "
                     "fairseq-generate --task translation_multi_simple_epoch loads without --user-dir "
-                    "(pass the same --langs, --lang-pairs SRC-TGT and langtok flags as for the full model).",
+                    "(pass the same --langs, --lang-pairs SRC-TGT and langtok flags as for the full model). An adapter "
+                    "model's pair is a langshare_adapter_single checkpoint instead: load it with --user-dir.",
     )
     parser.add_argument("checkpoint", help="a fairseq_langshare checkpoint (e.g. checkpoints/checkpoint_best.pt)")
     parser.add_argument("--src", required=True, help="source language code (one of the checkpoint's --langs)")

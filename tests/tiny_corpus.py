@@ -105,6 +105,8 @@ def generate(argv):
     from fairseq import options
     from fairseq_cli import generate as generate_cli
 
+    if "--num-workers" not in argv:  # a data-loader worker process costs seconds per call
+        argv = list(argv) + ["--num-workers", "0"]
     parser = options.get_generation_parser()
     args = options.parse_args_and_arch(parser, argv)
     out = io.StringIO()

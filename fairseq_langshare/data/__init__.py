@@ -1,1 +1,1 @@
-from . import gettext_corpus  # noqa: F401
+from . import gettext_corpus, language_families  # noqa: F401

@@ -9,6 +9,8 @@ Its cost grows with the tokens in the batch, not with the size of the inventory.
 decoder to the layers it built. It is bound for the duration of one forward call only
 (``with ids.bind(...)``) from the ids the task put in ``net_input`` or that travel in
 ``encoder_out``; nothing persists between calls, so there is no per-batch global state.
+``LanguageGroupIds`` is a view of it that answers group ids (e.g. language families) instead,
+so the same per-language containers can hold one copy per group.
 """
 
 from contextlib import contextmanager
@@ -17,7 +19,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-__all__ = ["route_by_language", "LanguageIds", "MissingLanguageIds"]
+__all__ = ["route_by_language", "LanguageIds", "LanguageGroupIds", "MissingLanguageIds"]
 
 
 class MissingLanguageIds(RuntimeError):
@@ -129,3 +131,45 @@ class LanguageIds:
                 "language ids; train and decode with --task multilingual_langshare"
             )
         return ids
+
+
+class LanguageGroupIds:
+    """A view of ``LanguageIds`` that answers *group* ids: ``get(side)`` maps every sentence's
+    language id through ``table(side)`` (LongTensor indexed by language id, holding group ids).
+
+    A per-language container built with one copy per group and this view routes each sentence
+    to its group's copy (one encoder per source-language family, ...). ``table`` is called at
+    every forward call, so it can return a module buffer that follows ``.to(device)`` and
+    checkpoint loading. Binding, padding and missing-id errors are the underlying ``LanguageIds``'.
+    """
+
+    SIDES = LanguageIds.SIDES
+
+    def __init__(self, languages: LanguageIds, table: Callable[[str], Tensor]):
+        self.languages = languages
+        self.table = table
+        self._last = None  # (ids, its version, table, group ids): every layer of a call maps the same ids
+
+    def bind(self, *args, **kwargs):
+        return self.languages.bind(*args, **kwargs)
+
+    def padding_mask(self, length: int) -> Optional[Tensor]:
+        return self.languages.padding_mask(length)
+
+    def get(self, side: str) -> Tensor:
+        ids = self.languages.get(side)
+        table = self.table(side)
+        cacheable = not ids.is_inference()
+        if cacheable and self._last is not None:
+            last_ids, version, last_table, groups = self._last
+            if last_ids is ids and version == ids._version and last_table is table:
+                return groups
+        if ids.numel() and (int(ids.max()) >= table.numel() or int(ids.min()) < 0):
+            raise IndexError(
+                f"language id {int(ids.max())} has no group: the group table covers {table.numel()} languages "
+                f"(the --langs inventory the model was built with); decode with the same --langs"
+            )
+        groups = table.to(ids.device).index_select(0, ids)
+        if cacheable:
+            self._last = (ids, ids._version, table, groups)
+        return groups
