@@ -1,0 +1,34 @@
+# Shared by the quality recipes (sourced, not run): the offline gettext corpus (O2M, 8 languages,
+# the demo corpus) and one training/evaluation setting for every model, so runs compare at equal
+# updates. Set UPDATES, OUT and optionally CORPUS before sourcing.
+UPDATES=${UPDATES:-1500}
+CORPUS=${CORPUS:-demo_run/corpus}
+PKG=$(pwd)/fairseq_langshare
+
+langshare prepare-gettext --out "$CORPUS" --num-langs 8 --selection spread --direction o2m \
+    --vocab-size 8000 --workers 2
+LANGS=$(paste -sd, "$CORPUS/langs.txt")
+PAIRS=$(cat "$CORPUS/lang_pairs.txt")
+mkdir -p "$OUT"
+
+train() {  # NAME ARGS...  (re-running resumes; a finished run stops at once at --max-update)
+    local name=$1; shift
+    echo "== training $name ($UPDATES updates)"
+    fairseq-train "$CORPUS/bin" --user-dir "$PKG" --task multilingual_langshare \
+        --langs "$LANGS" --lang-pairs "$PAIRS" --encoder-langtok tgt \
+        --sampling-method temperature --sampling-temperature 5 \
+        --share-all-embeddings --dropout 0.1 \
+        --criterion langshare_label_smoothed_cross_entropy --label-smoothing 0.1 \
+        --optimizer adam --adam-betas '(0.9,0.98)' --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 400 \
+        --max-tokens 2048 --max-update "$UPDATES" --save-dir "$OUT/$name" --no-epoch-checkpoints \
+        --validate-interval-updates 500 --save-interval-updates 500 --keep-interval-updates 1 \
+        --cpu --num-workers 0 --seed 1 --log-format simple --log-interval 100 "$@" 2>&1 \
+        | tee "$OUT/$name.train.log" \
+        | { grep --line-buffered -E "train_inner|valid on|done training|Error" || true; }
+}
+
+evaluate() {  # NAME [BASELINE_JSON]
+    local name=$1 baseline=${2:-}
+    langshare evaluate "$OUT/$name/checkpoint_last.pt" "$CORPUS" --split test --beam 4 \
+        ${baseline:+--baseline "$baseline"} --out-json "$OUT/$name.json" --out-md "$OUT/$name.md"
+}
