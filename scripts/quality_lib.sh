@@ -1,6 +1,8 @@
 # Shared by the quality recipes (sourced, not run): the offline gettext corpus (O2M, 8 languages,
 # the demo corpus) and one training/evaluation setting for every model, so runs compare at equal
-# updates. Set UPDATES, OUT and optionally CORPUS before sourcing.
+# updates. Set UPDATES, OUT and optionally CORPUS before sourcing. Two recipes at once on a small
+# CPU machine: give each OMP_NUM_THREADS=1 (two fairseq-train processes with one intra-op thread per
+# core each oversubscribe the cores and ran 10x slower here).
 UPDATES=${UPDATES:-1500}
 CORPUS=${CORPUS:-demo_run/corpus}
 PKG=$(pwd)/fairseq_langshare

@@ -6,9 +6,9 @@
 one entry point.
 """
 
-from . import clsr_gates, lsl_weights
+from . import clsr_gates, latent_depth, lsl_weights
 
-ANALYSES = (clsr_gates, lsl_weights)
+ANALYSES = (clsr_gates, latent_depth, lsl_weights)
 
 
 def add_subcommand(subparsers) -> None:

@@ -1,0 +1,236 @@
+"""Latent-depth analysis (Li et al., NeurIPS 2020, section 5 and appendix D).
+
+``langshare analyze latent-depth CHECKPOINT --out DIR [--log TRAIN_LOG ...]``:
+
+* from the checkpoint: every language's selection probability q(z_l = 1) per layer of each latent
+  stack, the layers the inference rule keeps, the expected and the kept depth per language
+  (``latent_depth.json``), and a heatmap of layer utilisation per language with the kept layers
+  marked (``latent_depth_<stack>.png``, as Figures 5 and 9);
+* from fairseq training logs (``--log-format json`` or ``simple``, e.g. ``--log-file``): the
+  expected utilisation u_l the model logs as ``stat_<stack>_u_<l>`` at every logged update,
+  drawn as layers x updates (``latent_depth_<stack>_training.png``, Figure 6). fairseq 0.12
+  repeats lines in ``--log-file`` (one file handler per epoch) and a resumed run logs again:
+  one value per update is kept, the last one read.
+"""
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from ..languages import decode_inventory
+from ..modules.latent_layers import keep_table
+
+__all__ = ["utilisation_from_state", "utilisation_from_logs", "plot_utilisation", "plot_training", "analyze",
+           "add_analysis"]
+
+STACKS = {"encoder": "enc", "decoder": "dec"}
+_SIMPLE = re.compile(r"([A-Za-z_][\w]*)=([-+0-9.eE]+|nan|inf)")
+
+
+def _get(cfg, name, default=None):
+    if cfg is None:
+        return default
+    value = cfg.get(name, default) if hasattr(cfg, "get") else getattr(cfg, name, default)
+    return default if value is None else value
+
+
+def _trained(task_cfg, langs: List[str], side: str) -> List[str]:
+    pairs = _get(task_cfg, "lang_pairs", "")
+    pairs = pairs.split(",") if isinstance(pairs, str) else list(pairs)
+    index = 0 if side == "src" else 1
+    codes = {p.split("-")[index] for p in pairs if "-" in p}
+    return [l for l in langs if l in codes] or list(langs)
+
+
+def utilisation_from_state(state, source: str = "the checkpoint") -> Dict:
+    """Per latent stack: languages (those trained on the stack's side), q(z_l = 1) per language
+    and layer, kept layers (1-based) under the model's inference rule, expected/kept depths."""
+    weights = state["model"]
+    cfg = state.get("cfg") or {}
+    model_cfg, task_cfg = _get(cfg, "model"), _get(cfg, "task")
+    langs = decode_inventory(weights["lang_inventory"]) if "lang_inventory" in weights else []
+    rule = str(_get(model_cfg, "latent_keep", "threshold"))
+    threshold = float(_get(model_cfg, "latent_keep_threshold", 0.5))
+    stacks = {}
+    for stack in STACKS:
+        logits = weights.get(f"{stack}.layer_select.logits")
+        if logits is None:
+            continue
+        side = str(_get(model_cfg, f"latent_{stack}_lang", "src" if stack == "encoder" else "tgt"))
+        top_k = int(_get(model_cfg, f"latent_{stack}_target_depth", 0)) if rule == "top-k" else 0
+        probs = torch.sigmoid(logits.float())
+        keep = keep_table(logits, rule, threshold, top_k)
+        codes = _trained(task_cfg, langs, side)
+        rows = [langs.index(c) for c in codes]
+        stacks[stack] = {
+            "side": side, "languages": codes, "layers": int(logits.size(1)), "rule": rule,
+            "threshold": threshold if rule == "threshold" else None, "top_k": top_k or None,
+            "probabilities": {c: [round(v, 6) for v in probs[r].tolist()] for c, r in zip(codes, rows)},
+            "kept_layers": {c: [l + 1 for l in keep[r].nonzero().flatten().tolist()] for c, r in zip(codes, rows)},
+            "expected_depth": {c: float(probs[r].sum()) for c, r in zip(codes, rows)},
+            "kept_depth": {c: int(keep[r].sum()) for c, r in zip(codes, rows)},
+            "utilisation": probs[rows].mean(0).tolist(),
+        }
+    if not stacks:
+        raise ValueError(f"{source} has no latent layers: analyze a checkpoint trained with "
+                         "--arch latent_depth_transformer*")
+    return stacks
+
+
+def _records(path) -> List[Dict]:
+    records = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            start = line.find("{")
+            record = None
+            if start >= 0:
+                try:
+                    record = json.loads(line[start:])
+                except ValueError:
+                    record = None
+            if record is None and "stat_" in line:
+                record = {k: v for k, v in _SIMPLE.findall(line)}
+            if isinstance(record, dict) and record:
+                records.append(record)
+    return records
+
+
+def utilisation_from_logs(paths: Sequence, stack: str) -> Dict:
+    """u_l per logged training update: {"updates": [...], "utilisation": [[u_1..u_L] per update]}
+    from the ``stat_<enc|dec>_u_<l>`` values of fairseq's per-update training records."""
+    key = re.compile(rf"^stat_{STACKS[stack]}_u_(\d+)$")
+    by_update = {}
+    for path in paths:
+        for record in _records(path):
+            if "num_updates" not in record:
+                continue
+            layers = {int(m.group(1)): float(v) for k, v in record.items() for m in [key.match(k)] if m}
+            if layers:
+                by_update[int(float(record["num_updates"]))] = [layers[l] for l in sorted(layers)]
+    updates = sorted(by_update)
+    return {"updates": updates, "utilisation": [by_update[u] for u in updates]}
+
+
+def _figure(width, height):
+    import logging
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    mpl_logger = logging.getLogger("matplotlib")
+    if mpl_logger.getEffectiveLevel() < logging.INFO:  # its font search logs hundreds of DEBUG lines
+        mpl_logger.setLevel(logging.INFO)
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, path: Path) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        fig.savefig(tmp, format="png", dpi=120)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def plot_utilisation(stats: Dict, stack: str, path) -> Path:
+    """Figures 5/9: q(z_l = 1) per language (rows) and layer (columns); kept layers are dotted."""
+    codes, layers = stats["languages"], stats["layers"]
+    matrix = [stats["probabilities"][c] for c in codes]
+    fig = _figure(max(4.0, 0.35 * layers + 2.0), max(2.0, 0.35 * len(codes) + 1.2))
+    ax = fig.add_subplot(1, 1, 1)
+    image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    for row, code in enumerate(codes):
+        for layer in stats["kept_layers"][code]:
+            ax.plot(layer - 1, row, marker="o", markersize=3, color="white")
+    ax.set_xticks(range(layers), [str(l + 1) for l in range(layers)], fontsize=7)
+    ax.set_yticks(range(len(codes)), codes, fontsize=7)
+    ax.set_xlabel(f"{stack} layer")
+    ax.set_ylabel(f"{stats['side']} language")
+    rule = f"q >= {stats['threshold']}" if stats["rule"] == "threshold" else f"top {stats['top_k']}"
+    ax.set_title(f"layer selection probability ({stack}; dots: kept, {rule})", fontsize=9)
+    fig.colorbar(image, ax=ax, label="q(z_l = 1)")
+    fig.tight_layout()
+    return _save(fig, Path(path))
+
+
+def plot_training(history: Dict, stack: str, path) -> Path:
+    """Figure 6: expected utilisation u_l (rows: layers) over training updates (columns)."""
+    rows = list(map(list, zip(*history["utilisation"])))  # layers x updates
+    updates = history["updates"]
+    fig = _figure(6.0, max(2.0, 0.18 * len(rows) + 1.2))
+    ax = fig.add_subplot(1, 1, 1)
+    image = ax.imshow(rows, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", origin="lower",
+                      extent=(updates[0] - 0.5, updates[-1] + 0.5, 0.5, len(rows) + 0.5))
+    ax.set_xlabel("update")
+    ax.set_ylabel(f"{stack} layer")
+    ax.set_title(f"layer utilisation u_l during training ({stack})", fontsize=9)
+    fig.colorbar(image, ax=ax, label="u_l")
+    fig.tight_layout()
+    return _save(fig, Path(path))
+
+
+def analyze(checkpoint, out_dir, logs: Sequence = (), verbose: bool = True) -> Dict:
+    from fairseq import checkpoint_utils
+
+    path = Path(checkpoint)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint {path}: pass the .pt file fairseq-train wrote")
+    for log in logs:
+        if not Path(log).is_file():
+            raise FileNotFoundError(f"no training log {log}: pass the file fairseq-train wrote with --log-file")
+    stacks = utilisation_from_state(checkpoint_utils.load_checkpoint_to_cpu(str(path)), source=str(path))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {"checkpoint": str(path), "stacks": stacks, "figures": []}
+    for stack, stats in stacks.items():
+        result["figures"].append(str(plot_utilisation(stats, stack, out / f"latent_depth_{stack}.png")))
+        if logs:
+            history = utilisation_from_logs(logs, stack)
+            if not history["updates"]:
+                raise ValueError(f"no stat_{STACKS[stack]}_u_* values in {', '.join(map(str, logs))}: pass the log of a "
+                                 "latent_depth_transformer run (fairseq-train --log-format json or simple)")
+            stats["training"] = history
+            result["figures"].append(str(plot_training(history, stack, out / f"latent_depth_{stack}_training.png")))
+    json_path = out / "latent_depth.json"
+    tmp = json_path.with_name(f".{json_path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, json_path)
+    result["json"] = str(json_path)
+    if verbose:
+        for stack, stats in stacks.items():
+            print(f"{stack} ({stats['side']} language), {stats['layers']} latent layers:")
+            for code in stats["languages"]:
+                print(f"  {code:<8} expected depth {stats['expected_depth'][code]:6.2f}  kept "
+                      f"{stats['kept_depth'][code]:3d}: {','.join(map(str, stats['kept_layers'][code])) or '-'}")
+        print(f"wrote {json_path} and {len(result['figures'])} figure(s) in {out}")
+    return result
+
+
+# --- CLI -------------------------------------------------------------------------------------
+
+def _run(args) -> int:
+    analyze(args.checkpoint, args.out, logs=args.log or ())
+    return 0
+
+
+def add_analysis(methods) -> None:
+    parser = methods.add_parser(
+        "latent-depth",
+        help="latent depth: layer utilisation per language (Figures 5/9) and over training (Figure 6)",
+        description="Read a latent_depth_transformer checkpoint: selection probability of every layer per language, "
+                    "the layers inference keeps, expected and kept depths (JSON, heatmap); with --log, the "
+                    "utilisation u_l over training from fairseq-train logs.",
+    )
+    parser.add_argument("checkpoint", help="a latent_depth_transformer checkpoint")
+    parser.add_argument("--log", action="append", metavar="TRAIN_LOG",
+                        help="fairseq-train log (--log-format json or simple; repeat for resumed runs)")
+    parser.add_argument("--out", required=True, help="directory for latent_depth.json and the figures")
+    parser.set_defaults(func=_run)

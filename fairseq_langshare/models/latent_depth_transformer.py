@@ -1,0 +1,406 @@
+"""``latent_depth_transformer``: deep Transformers with latent depth (Li et al., NeurIPS 2020).
+
+A pre-norm Transformer whose layer l adds ``z_l * F_l(x)`` to the residual stream (Eq. 2): one
+z_l per layer scales all of its sub-layers (fairseq's ``residual_connection`` hook). Every
+language has its own posterior over the layers of a latent stack (``modules/latent_layers.py``);
+a sentence's z comes from its own language (source or target, per stack), so batches mix
+languages freely. Latent layers sit in the decoder (LL-D), the encoder (LL-E) or both
+(``--latent-layers``). The loss terms of Eq. 8 reach the criterion through ``AuxiliaryReporter``
+(one backward); the selection logits learn from every I-th update only (Algorithm 2,
+``--latent-selection-update-period``). At inference nothing is sampled: kept layers run with
+z = 1, skipped layers do not run, and ``export_state_dict`` writes a language pair's pruned
+network as a plain pre-norm fairseq ``transformer``.
+"""
+
+import re
+from enum import Enum
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+import torch.utils.checkpoint
+from fairseq.dataclass import ChoiceEnum
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerConfig, TransformerModel
+from fairseq.models.transformer.transformer_legacy import base_architecture
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+from omegaconf import OmegaConf, open_dict
+
+from ..modules.latent_layers import KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_table
+from .langshare_transformer import size_preset
+from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
+
+STACKS = ChoiceEnum(["decoder", "encoder", "both"])
+SIDES = ChoiceEnum(["src", "tgt"])
+PRIOR_CHOICES = ChoiceEnum(list(PRIORS))
+KEEP_CHOICES = ChoiceEnum(list(KEEP_RULES))
+STACK_NAMES = {"encoder": "enc", "decoder": "dec"}
+
+
+@dataclass
+class LatentDepthTransformerConfig(TransformerConfig):
+    latent_layers: STACKS = field(default="decoder", metadata={
+        "help": "where the layers are latent: decoder (LL-D), encoder (LL-E) or both (LL-Both)"})
+    latent_encoder_lang: SIDES = field(default="src", metadata={
+        "help": "language whose posterior selects the encoder layers of a sentence"})
+    latent_decoder_lang: SIDES = field(default="tgt", metadata={
+        "help": "language whose posterior selects the decoder layers of a sentence"})
+    latent_logit_init: float = field(default=0.0, metadata={
+        "help": "initial selection logit of every layer and language: q(z=1) = sigmoid(value); 0 is the prior mean 1/2"})
+    latent_tau_start: float = field(default=1.0, metadata={"help": "Gumbel-softmax temperature tau at update 0 (Eq. 5)"})
+    latent_tau_end: float = field(default=0.1, metadata={
+        "help": "tau at the end of its geometric annealing (equal to --latent-tau-start: constant)"})
+    latent_tau_anneal_updates: Optional[int] = field(default=None, metadata={
+        "help": "updates over which tau goes from --latent-tau-start to --latent-tau-end (default: --max-update)"})
+    latent_prior: PRIOR_CHOICES = field(default="uniform", metadata={
+        "help": "prior of the KL term (Eq. 7): uniform (Beta(1,1)) or aggregated (the posterior averaged over languages)"})
+    latent_kl_weight: float = field(default=1.0, metadata={
+        "help": "beta: weight of KL(q || prior) (averaged over layers) relative to the per-token cross entropy, reached "
+                "after the annealing"})
+    latent_kl_anneal_updates: Optional[int] = field(default=None, metadata={
+        "help": "updates over which beta grows linearly from 0 to --latent-kl-weight (default: a third of --max-update; "
+                "0: no annealing)"})
+    latent_target_depth_weight: float = field(default=0.1, metadata={
+        "help": "lambda: weight of the target-depth loss L_K = |sum_l u_l - K| (Eq. 8)"})
+    latent_encoder_target_depth: int = field(default=0, metadata={
+        "help": "K for the encoder's latent layers (0: no target-depth loss)"})
+    latent_decoder_target_depth: int = field(default=0, metadata={
+        "help": "K for the decoder's latent layers (0: no target-depth loss)"})
+    latent_selection_update_period: int = field(default=1, metadata={
+        "help": "I of Algorithm 2: the selection logits learn from every I-th update only (1: joint training)"})
+    latent_keep: KEEP_CHOICES = field(default="threshold", metadata={
+        "help": "inference rule per language: threshold (keep layer l when q(z_l=1) >= --latent-keep-threshold) or "
+                "top-k (keep the K most probable layers, K = the stack's --latent-*-target-depth)"})
+    latent_keep_threshold: float = field(default=0.5, metadata={
+        "help": "selection probability from which a layer is kept at inference (--latent-keep threshold)"})
+
+
+LATENT_FIELDS = tuple(name for name in LatentDepthTransformerConfig.__dataclass_fields__ if name.startswith("latent_"))
+
+
+def latent_stacks(model_cfg) -> List[str]:
+    value = str(getattr(model_cfg, "latent_layers", "decoder"))
+    return ["encoder", "decoder"] if value == "both" else [value]
+
+
+def validate(cfg) -> None:
+    """One line naming the problem and the fix for every bad option."""
+    stacks = latent_stacks(cfg)
+    for stack in stacks:
+        if not getattr(cfg, stack).normalize_before:
+            raise ValueError(f"latent_depth_transformer is pre-norm (Eq. 1): a skipped post-norm layer would still apply "
+                             f"its layer norm; pass --{stack}-normalize-before (the presets set it)")
+    for stack in ("encoder", "decoder"):
+        k, depth = getattr(cfg, f"latent_{stack}_target_depth"), getattr(cfg, stack).layers
+        if not 0 <= k <= depth:
+            raise ValueError(f"--latent-{stack}-target-depth {k} is outside 0..{depth} (--{stack}-layers); "
+                             "pass a depth the stack can reach, or 0 for no target-depth loss")
+        if str(cfg.latent_keep) == "top-k" and stack in stacks and k == 0:
+            raise ValueError(f"--latent-keep top-k keeps the K = --latent-{stack}-target-depth most probable layers; "
+                             f"set --latent-{stack}-target-depth K (or use --latent-keep threshold)")
+    if not 0.0 <= cfg.latent_keep_threshold <= 1.0:
+        raise ValueError(f"--latent-keep-threshold {cfg.latent_keep_threshold} is outside [0, 1]: it is a selection "
+                         "probability")
+    if cfg.latent_tau_start <= 0 or cfg.latent_tau_end <= 0:
+        raise ValueError(f"--latent-tau-start {cfg.latent_tau_start} / --latent-tau-end {cfg.latent_tau_end}: the "
+                         "Gumbel-softmax temperature must be positive")
+    for flag, value in (("--latent-kl-weight", cfg.latent_kl_weight),
+                        ("--latent-target-depth-weight", cfg.latent_target_depth_weight)):
+        if value < 0:
+            raise ValueError(f"{flag} {value} is negative: a loss weight must be >= 0 (0 switches the term off)")
+    if cfg.offload_activations:
+        raise ValueError("--offload-activations is not supported with latent layers (they checkpoint activations "
+                         "with torch's own checkpoint); use --checkpoint-activations alone")
+    if cfg.latent_selection_update_period < 1:
+        raise ValueError(f"--latent-selection-update-period {cfg.latent_selection_update_period}: I must be >= 1 "
+                         "(1 updates the selection logits at every update)")
+
+
+def trained_languages(task, inventory) -> Dict[str, List[int]]:
+    """Language ids on each side of the task's training directions (the languages whose posteriors
+    the aggregated prior and u_l average over)."""
+    sides = {"src": set(), "tgt": set()}
+    for pair in getattr(task, "lang_pairs", None) or []:
+        src, tgt = pair.split("-")
+        for side, code in (("src", src), ("tgt", tgt)):
+            if code in inventory:
+                sides[side].add(inventory.id(code))
+    return {side: sorted(ids) for side, ids in sides.items()}
+
+
+def make_selector(cfg, stack: str) -> Optional[LayerSelector]:
+    if stack not in latent_stacks(cfg):
+        return None
+    side = str(getattr(cfg, f"latent_{stack}_lang"))
+    return LayerSelector(
+        STACK_NAMES[stack], cfg.num_languages, getattr(cfg, stack).layers, side,
+        logit_init=cfg.latent_logit_init, tau_start=cfg.latent_tau_start, tau_end=cfg.latent_tau_end,
+        tau_anneal_updates=int(cfg.latent_tau_anneal_updates or 0), prior=str(cfg.latent_prior),
+        kl_weight=cfg.latent_kl_weight, kl_anneal_updates=int(cfg.latent_kl_anneal_updates or 0),
+        target_depth=getattr(cfg, f"latent_{stack}_target_depth"), target_depth_weight=cfg.latent_target_depth_weight,
+        update_period=cfg.latent_selection_update_period, keep_rule=str(cfg.latent_keep),
+        keep_threshold=cfg.latent_keep_threshold, trained_languages=cfg.latent_trained_languages.get(side))
+
+
+def _wrap_like_fairseq(layer, cfg):
+    """What fairseq's build_*_layer does after building a layer (FSDP). Activation checkpointing
+    happens inside the layer (``LatentLayerMixin._run``): fairseq's re-entrant checkpoint would not
+    carry z's gradient back to the selection logits."""
+    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
+
+
+class LatentLayerMixin:
+    """Layer l of a latent stack: z_l scales every sub-layer's output before the residual add
+    (Eq. 2); at inference the layer runs (z = 1), is skipped, or runs and keeps the rows whose
+    language keeps it."""
+
+    def _attach(self, selector: LayerSelector, index: int, cfg):
+        self.__dict__["selector"] = selector  # owned (and saved) by the encoder/decoder
+        self.layer_index = index
+        self.checkpoint_activations = bool(cfg.checkpoint_activations)
+        self.__dict__["_z"] = None
+
+    def residual_connection(self, x, residual):
+        z = self.__dict__["_z"]
+        return residual + x if z is None else residual + z.to(x.dtype) * x
+
+    def _run(self, x, run, skipped):
+        """``run()`` the layer unless the plan skips it; ``skipped(x)``: the output of a skipped layer."""
+        plan, z = self.__dict__["selector"].for_layer(self.layer_index, x.size(1))
+        if plan is SKIP:
+            return skipped(x)
+        if z is None:  # inference: a kept layer is a plain pre-norm layer (z = 1)
+            out = run()
+        else:
+            def call():
+                self.__dict__["_z"] = z
+                try:
+                    return run()
+                finally:
+                    self.__dict__["_z"] = None
+
+            if self.checkpoint_activations and self.training and torch.is_grad_enabled():
+                out = torch.utils.checkpoint.checkpoint(call, use_reentrant=False)  # z's gradient reaches the logits
+            else:
+                out = call()
+        if plan is RUN:
+            return out
+        # a mixed batch: the rows of languages that skip the layer keep its input (the layer ran
+        # on every row so that the incremental caches stay aligned with the batch)
+        head, rest = (out[0], out[1:]) if isinstance(out, tuple) else (out, None)
+        head = torch.where(plan, head, x)
+        return head if rest is None else (head, *rest)
+
+
+class LatentEncoderLayer(LatentLayerMixin, TransformerEncoderLayerBase):
+    def __init__(self, cfg, selector, index, return_fc=False):
+        super().__init__(cfg, return_fc=return_fc)
+        self._attach(selector, index, cfg)
+
+    def forward(self, x, encoder_padding_mask, attn_mask=None):
+        return self._run(x, lambda: super(LatentEncoderLayer, self).forward(x, encoder_padding_mask, attn_mask),
+                         lambda x: (x, None) if self.return_fc else x)
+
+
+class LatentDecoderLayer(LatentLayerMixin, TransformerDecoderLayerBase):
+    def __init__(self, cfg, selector, index, no_encoder_attn=False):
+        super().__init__(cfg, no_encoder_attn)
+        self._attach(selector, index, cfg)
+
+    def forward(self, x, *args, **kwargs):
+        return self._run(x, lambda: super(LatentDecoderLayer, self).forward(x, *args, **kwargs),
+                         lambda x: (x, None, None))
+
+
+class LatentEncoder(LanguageAwareEncoder):
+    def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
+        selector = make_selector(cfg, "encoder")
+        self.__dict__["_pending"] = (selector, [0])
+        super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
+        del self.__dict__["_pending"]
+        self.layer_select = selector  # None when the encoder is static
+
+    def build_encoder_layer(self, cfg):
+        selector, count = self.__dict__["_pending"]
+        if selector is None:
+            return super().build_encoder_layer(cfg)
+        count[0] += 1
+        return _wrap_like_fairseq(LatentEncoderLayer(cfg, selector, count[0] - 1, return_fc=self.return_fc), cfg)
+
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None,
+                src_lang_id=None, tgt_lang_id=None):
+        if self.layer_select is not None:
+            self.layer_select.prepare(src_lang_id if self.layer_select.side == "src" else tgt_lang_id)
+        return super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings,
+                               src_lang_id=src_lang_id, tgt_lang_id=tgt_lang_id)
+
+
+class LatentDecoder(LanguageAwareDecoder):
+    def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        selector = make_selector(cfg, "decoder")
+        self.__dict__["_pending"] = (selector, [0])
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
+                         output_projection=output_projection)
+        del self.__dict__["_pending"]
+        self.layer_select = selector
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        selector, count = self.__dict__["_pending"]
+        if selector is None:
+            return super().build_decoder_layer(cfg, no_encoder_attn)
+        count[0] += 1
+        return _wrap_like_fairseq(LatentDecoderLayer(cfg, selector, count[0] - 1, no_encoder_attn), cfg)
+
+    def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
+                         full_context_alignment=False, alignment_layer=None, alignment_heads=None):
+        if self.layer_select is not None:
+            self.layer_select.prepare(_first(encoder_out, f"{self.layer_select.side}_lang_id"))
+        return super().extract_features(prev_output_tokens, encoder_out=encoder_out,
+                                        incremental_state=incremental_state,
+                                        full_context_alignment=full_context_alignment,
+                                        alignment_layer=alignment_layer, alignment_heads=alignment_heads)
+
+    def reorder_incremental_state_scripting(self, incremental_state, new_order):
+        """fairseq walks every submodule at every beam step; walk the stateful ones (listed once)
+        and leave out the layers the last step skipped for every row: the rows left are a subset of
+        that step's rows, so those layers never run (nor read their caches) again in this search."""
+        stateful = self.__dict__.get("_stateful")
+        if stateful is None:
+            in_layers, stateful = set(), []
+            for index, layer in enumerate(self.layers):
+                for module in layer.modules():
+                    in_layers.add(id(module))
+                    if hasattr(module, "reorder_incremental_state"):
+                        stateful.append((index, module))
+            stateful += [(None, m) for m in self.modules()
+                         if id(m) not in in_layers and hasattr(m, "reorder_incremental_state")]
+            self.__dict__["_stateful"] = stateful
+        plan = self.layer_select._call["plan"] if self.layer_select is not None else None
+        for index, module in stateful:
+            if plan is not None and index is not None and plan[index] is SKIP:
+                continue
+            result = module.reorder_incremental_state(incremental_state, new_order)
+            if result is not None:
+                incremental_state = result
+
+
+@register_model("latent_depth_transformer")
+class LatentDepthTransformerModel(LanguageAwareTransformerModel):
+    config_class = LatentDepthTransformerConfig
+    encoder_class = LatentEncoder
+    decoder_class = LatentDecoder
+
+    @classmethod
+    def build_model(cls, args, task):
+        inventory = getattr(task, "inventory", None)
+        if inventory is None or len(inventory) == 0:
+            raise ValueError("latent_depth_transformer selects layers per language: use --task multilingual_langshare "
+                             "with --langs")
+        with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
+            base_architecture(args)
+            max_update = int(getattr(args, "max_update", 0) or 0)
+            # schedules over the run (as CLSR's noise): resolved once, saved in the checkpoint's config
+            if getattr(args, "latent_tau_anneal_updates", None) is None:
+                args.latent_tau_anneal_updates = max_update
+            if getattr(args, "latent_kl_anneal_updates", None) is None:
+                args.latent_kl_anneal_updates = max_update // 3
+            cfg = cls.config_class.from_namespace(args)
+            for name in LATENT_FIELDS:  # the saved config names every option of the method
+                if getattr(args, name, None) is None:
+                    value = getattr(cfg, name)
+                    setattr(args, name, value.value if isinstance(value, Enum) else value)
+        cfg.num_languages = len(inventory)
+        validate(cfg)  # before anything is built
+        cfg.latent_trained_languages = trained_languages(task, inventory)
+        return super(TransformerModel, cls).build_model(cfg, task)  # fairseq's TransformerModelBase
+
+    # --- the pruned network of a language pair ------------------------------------------------
+    def selectors(self) -> Dict[str, LayerSelector]:
+        return {stack: getattr(self, stack).layer_select for stack in ("encoder", "decoder")
+                if getattr(self, stack).layer_select is not None}
+
+    def kept_layers(self, src_lang_id: int, tgt_lang_id: int) -> Dict[str, List[int]]:
+        """0-based indices of the layers the pair runs at inference, per stack."""
+        lang = {"src": src_lang_id, "tgt": tgt_lang_id}
+        kept = {}
+        for stack in ("encoder", "decoder"):
+            selector = getattr(self, stack).layer_select
+            layers = len(getattr(self, stack).layers)
+            kept[stack] = list(range(layers)) if selector is None else \
+                selector.keep()[lang[selector.side]].nonzero().flatten().tolist()
+        return kept
+
+    def effective_parameters(self, src_lang_id: int, tgt_lang_id: int) -> int:
+        """Parameters the pair's pruned network holds: all but skipped layers and selection logits."""
+        total = sum(p.numel() for p in self.parameters())
+        kept = self.kept_layers(src_lang_id, tgt_lang_id)
+        unused = sum(s.logits.numel() for s in self.selectors().values())
+        for stack, layers in kept.items():
+            for index, layer in enumerate(getattr(self, stack).layers):
+                if index not in layers:
+                    unused += sum(p.numel() for p in layer.parameters())
+        return total - unused
+
+    @classmethod
+    def export_state_dict(cls, state_dict, model_cfg, src_id: int, tgt_id: int):
+        """The pair's pruned network under fairseq ``transformer`` names: only the kept layers,
+        renumbered, and ``encoder_layers``/``decoder_layers`` set to the kept depths. A kept
+        pre-norm layer with z = 1 is exactly a plain pre-norm layer."""
+        lang = {"src": src_id, "tgt": tgt_id}
+        keep = str(getattr(model_cfg, "latent_keep", "threshold"))
+        threshold = float(getattr(model_cfg, "latent_keep_threshold", 0.5))
+        kept = {}
+        for stack in ("encoder", "decoder"):
+            depth = int(getattr(model_cfg, f"{stack}_layers"))
+            logits = state_dict.get(f"{stack}.layer_select.logits")
+            if logits is None:
+                kept[stack] = list(range(depth))
+                continue
+            top_k = int(getattr(model_cfg, f"latent_{stack}_target_depth", 0) or 0) if keep == "top-k" else 0
+            side = str(getattr(model_cfg, f"latent_{stack}_lang", "src" if stack == "encoder" else "tgt"))
+            kept[stack] = keep_table(logits, keep, threshold, top_k)[lang[side]].nonzero().flatten().tolist()
+        renumber = {stack: {old: new for new, old in enumerate(layers)} for stack, layers in kept.items()}
+        out = {}
+        for key, value in state_dict.items():
+            if key == "lang_inventory" or ".layer_select." in key:
+                continue
+            m = re.match(r"^(encoder|decoder)\.layers\.(\d+)\.(.*)$", key)
+            if m is None:
+                out[key] = value
+            elif int(m.group(2)) in renumber[m.group(1)]:
+                out[f"{m.group(1)}.layers.{renumber[m.group(1)][int(m.group(2))]}.{m.group(3)}"] = value
+        changes = {name: None for name in LATENT_FIELDS}
+        changes.update(encoder_layers=len(kept["encoder"]), decoder_layers=len(kept["decoder"]))
+        return out, changes
+
+
+# --- presets -----------------------------------------------------------------------------------
+
+def _latent_preset(args, embed_dim, ffn_dim, heads, encoder_layers, decoder_layers):
+    args.encoder_layers = getattr(args, "encoder_layers", encoder_layers)
+    args.decoder_layers = getattr(args, "decoder_layers", decoder_layers)
+    size_preset(args, embed_dim, ffn_dim, heads, None)
+    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", True)
+    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", True)
+    base_architecture(args)
+
+
+@register_model_architecture("latent_depth_transformer", "latent_depth_transformer")
+def latent_depth_transformer(args):
+    """The paper's multilingual size (and the reference's latent_multilingual_transformer):
+    12 encoder / 24 decoder layers, 512/1024, 4 heads, pre-norm."""
+    _latent_preset(args, 512, 1024, 4, 12, 24)
+
+
+@register_model_architecture("latent_depth_transformer", "latent_depth_transformer_small")
+def latent_depth_transformer_small(args):
+    """CPU size: 2 encoder / 6 decoder layers, 128-dim, 4 heads, FFN 512, pre-norm."""
+    _latent_preset(args, 128, 512, 4, 2, 6)
+
+
+@register_model_architecture("latent_depth_transformer", "latent_depth_transformer_tiny")
+def latent_depth_transformer_tiny(args):
+    """Tests: 2 encoder / 4 decoder layers, 32-dim, 2 heads, FFN 64, pre-norm."""
+    _latent_preset(args, 32, 64, 2, 2, 4)

@@ -1,0 +1,230 @@
+"""Latent layer selection (Li et al., NeurIPS 2020), the building blocks.
+
+Layer l of a latent stack adds ``z_l * F_l(x)`` to the residual stream (Eq. 2); every language
+n has its own selection logit ``alpha_l^(n)`` per layer, i.e. its own posterior
+``q(z_l = 1) = sigmoid(alpha_l^(n))``.
+
+* Training: ``z`` is a relaxed Bernoulli (binary Gumbel-softmax, Eq. 5) sample with temperature
+  ``tau``; one draw per language and layer per forward call, and every sentence takes the draws
+  of its language (``z_table[lang_ids]``).
+* Loss (Eq. 8): ``beta KL(q || prior)`` per language (Eq. 7; prior Beta(1, 1), i.e. Bernoulli(1/2)
+  for ``z``, or the aggregated posterior over languages) plus ``lambda L_K`` with
+  ``L_K = |sum_l u_l - K|`` and ``u_l`` the samples averaged over languages.
+* Inference: no sampling. Per language a layer is kept when ``q(z_l = 1) >= threshold`` (or it is
+  among the K most probable layers); kept layers get ``z = 1`` and skipped layers do not run.
+
+``LayerSelector`` holds the logits of one stack, draws (or decides) the per-sentence ``z`` once
+per forward call, reports the loss terms and statistics, and tells each layer what to do.
+"""
+
+from typing import List, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .auxiliary import AuxiliaryReporter
+from .routing import MissingLanguageIds
+from .schedules import ScheduledModule, exponential_ramp, linear_ramp
+
+__all__ = ["gumbel_sigmoid", "bernoulli_kl", "kl_to_prior", "target_depth_loss", "keep_table", "LayerSelector",
+           "PRIORS", "KEEP_RULES", "RUN", "SKIP"]
+
+PRIORS = ("uniform", "aggregated")
+KEEP_RULES = ("threshold", "top-k")
+RUN, SKIP = "run", "skip"  # what a layer does at inference (or a (1, B, 1) mask of the rows that keep it)
+_EPS = 1e-6
+
+
+def gumbel_sigmoid(logits: Tensor, tau: float) -> Tensor:
+    """Eq. 5 for the two outcomes {skip, select}: ``sigmoid((alpha + g1 - g0) / tau)`` with
+    g0, g1 ~ Gumbel(0, 1). The difference of two Gumbels is Logistic(0, 1), drawn here as
+    ``log u - log(1 - u)``; samples lie in [0, 1] and become discrete as tau -> 0."""
+    u = torch.rand_like(logits, dtype=torch.float32).clamp_(_EPS, 1.0 - _EPS)
+    noise = torch.log(u) - torch.log1p(-u)
+    return torch.sigmoid((logits.float() + noise) / tau)
+
+
+def bernoulli_kl(log_q1: Tensor, log_q0: Tensor, p1: Tensor) -> Tensor:
+    """KL(Bernoulli(q) || Bernoulli(p)) from log q, log (1 - q) and p (elementwise)."""
+    p1 = p1.clamp(_EPS, 1.0 - _EPS)
+    q1 = log_q1.exp()
+    return q1 * (log_q1 - p1.log()) + (1.0 - q1) * (log_q0 - torch.log1p(-p1))
+
+
+def kl_to_prior(logits: Tensor, prior: str, languages: Optional[Tensor] = None) -> Tensor:
+    """Eq. 7 per language: mean over layers of KL(q^(n)(z_l) || p(z_l)), shape (N,).
+
+    ``uniform``: p(z_l = 1) = 1/2, the mean of the Beta(1, 1) prior on the Bernoulli parameter.
+    ``aggregated``: p(z_l = 1) = mean of q^(n)(z_l = 1) over ``languages`` (bool (N,), the
+    languages trained on this side; all if None), a prior: no gradient flows into it.
+    """
+    logits = logits.float()
+    log_q1, log_q0 = F.logsigmoid(logits), F.logsigmoid(-logits)
+    if prior == "uniform":
+        p1 = torch.full_like(logits[:1], 0.5)
+    elif prior == "aggregated":
+        q1 = torch.sigmoid(logits.detach())
+        q1 = q1 if languages is None else q1[languages]
+        p1 = q1.mean(0, keepdim=True)
+    else:
+        raise ValueError(f"unknown prior {prior!r}: use one of {PRIORS}")
+    return bernoulli_kl(log_q1, log_q0, p1).mean(-1)
+
+
+def target_depth_loss(z_table: Tensor, target_depth: float, languages: Optional[Tensor] = None) -> Tensor:
+    """L_K = |sum_l u_l - K| with u_l = z_l averaged over the (trained) languages (N, L)."""
+    z = z_table if languages is None else z_table[languages]
+    return (z.mean(0).sum() - target_depth).abs()
+
+
+def keep_table(logits: Tensor, rule: str = "threshold", threshold: float = 0.5, top_k: int = 0) -> Tensor:
+    """The deterministic inference decision, bool (N, L): layer l is kept for language n when
+    q^(n)(z_l = 1) >= threshold, or (``top-k``) when it is among the ``top_k`` most probable
+    layers of n (ties to the lower layer)."""
+    probs = torch.sigmoid(logits.detach().float())
+    if rule == "threshold":
+        return probs >= threshold
+    if rule != "top-k":
+        raise ValueError(f"unknown keep rule {rule!r}: use one of {KEEP_RULES}")
+    if not 0 <= top_k <= probs.size(-1):
+        raise ValueError(f"cannot keep the top {top_k} of {probs.size(-1)} layers")
+    order = torch.argsort(-probs, dim=-1, stable=True)[:, :top_k]
+    return torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, True)
+
+
+class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
+    """The selection posteriors of one latent stack: logits (num_langs, num_layers).
+
+    Call ``prepare(lang_ids)`` once per forward call of the stack (before its layers run); layer l
+    then asks ``for_layer(l, batch)`` for its plan (RUN, SKIP, or a (1, B, 1) bool mask of the rows
+    that keep it: inference) and its z (the (1, B, 1) per-sentence samples: training; None: z = 1).
+    """
+
+    def __init__(self, name: str, num_langs: int, num_layers: int, side: str, *, logit_init: float = 0.0,
+                 tau_start: float = 1.0, tau_end: float = 0.1, tau_anneal_updates: int = 0,
+                 prior: str = "uniform", kl_weight: float = 1.0, kl_anneal_updates: int = 0,
+                 target_depth: int = 0, target_depth_weight: float = 0.1, update_period: int = 1,
+                 keep_rule: str = "threshold", keep_threshold: float = 0.5,
+                 trained_languages: Optional[Sequence[int]] = None):
+        super().__init__()
+        if prior not in PRIORS:
+            raise ValueError(f"unknown prior {prior!r}: use one of {PRIORS}")
+        self.name, self.side, self.num_layers = name, side, num_layers
+        self.logits = nn.Parameter(torch.empty(num_langs, num_layers))
+        nn.init.constant_(self.logits, logit_init)  # explicit: q(z_l = 1) = sigmoid(logit_init) everywhere
+        trained = torch.zeros(num_langs, dtype=torch.bool)
+        trained[list(trained_languages) if trained_languages else slice(None)] = True
+        self.register_buffer("trained_languages", trained, persistent=False)
+        self.tau_start, self.tau_end, self.tau_anneal_updates = tau_start, tau_end, tau_anneal_updates
+        self.prior, self.kl_weight, self.kl_anneal_updates = prior, kl_weight, kl_anneal_updates
+        self.target_depth, self.target_depth_weight = target_depth, target_depth_weight
+        self.update_period = update_period
+        self.keep_rule, self.keep_threshold = keep_rule, keep_threshold
+        # per-call state in a plain dict: z (L, 1, B, 1) in training, plan (list) at inference
+        self._call = {"z": None, "plan": None, "batch": None}
+        self._cache = {}  # values derived from the logits, reused while the logits keep their value
+
+    # --- schedules: pure functions of num_updates ------------------------------------------
+    def tau(self) -> float:
+        if self.tau_anneal_updates <= 0 and self.tau_start != self.tau_end:
+            raise ValueError("the latent-layer temperature is annealed over the run but its length is unknown: "
+                             "pass --max-update N (or --latent-tau-anneal-updates N)")
+        return exponential_ramp(self.num_updates, self.tau_anneal_updates, self.tau_end, self.tau_start)
+
+    def kl_beta(self) -> float:
+        """beta(t): 0 at update 0, linear to --latent-kl-weight; never negative."""
+        return linear_ramp(self.num_updates, self.kl_anneal_updates, self.kl_weight)
+
+    def updates_selection(self) -> bool:
+        """Algorithm 2: the logits learn from updates I, 2I, ... (1-based); I = 1 is joint training."""
+        return (self.num_updates + 1) % self.update_period == 0
+
+    # --- per forward call --------------------------------------------------------------------
+    def _derived(self, name: str, compute):
+        """``compute()`` once per value of the logits and of the inference rule (optimizers write
+        ``p.data``, which leaves the version counter alone, so the values themselves are compared)."""
+        logits, rule = self.logits.detach(), (self.keep_rule, self.keep_threshold, self.target_depth)
+        entry = self._cache.get(name)
+        if entry is not None and entry[0] == rule and entry[1].shape == logits.shape \
+                and entry[1].device == logits.device and torch.equal(entry[1], logits):
+            return entry[2]
+        value = compute()
+        self._cache[name] = (rule, logits.clone(), value)
+        return value
+
+    def keep(self) -> Tensor:
+        """The inference decision for every language, bool (N, L)."""
+        top_k = self.target_depth if self.keep_rule == "top-k" else 0
+        return self._derived("keep", lambda: keep_table(self.logits, self.keep_rule, self.keep_threshold, top_k))
+
+    def prepare(self, lang_ids: Optional[Tensor]) -> None:
+        if lang_ids is None:
+            raise MissingLanguageIds(
+                f"no {self.side}_lang_id for this batch: latent layers choose the layers of every sentence by its "
+                "language; train and decode with --task multilingual_langshare")
+        call = self._call
+        call["batch"] = lang_ids.numel()
+        if self.training:
+            call["plan"] = None
+            call["z"] = self._sample(lang_ids)
+        else:
+            call["z"] = None
+            call["plan"] = self._plan(lang_ids)
+
+    def _sample(self, lang_ids: Tensor) -> Tensor:
+        # Algorithm 2 without a second backward: on the other updates the logits are no part of
+        # the graph (their gradient stays None, so fairseq's optimizers and legacy_ddp skip them)
+        logits = self.logits
+        if logits.requires_grad != self.updates_selection():
+            logits.requires_grad_(self.updates_selection())
+        trained = self.trained_languages
+        z_table = gumbel_sigmoid(logits, self.tau())  # one draw per language and layer
+        # Eq. 7, weighted by each language's share of the batch (the NLL term sums over sentences)
+        share = torch.bincount(lang_ids, minlength=logits.size(0)).to(z_table) / max(lang_ids.numel(), 1)
+        self.report_loss(f"kl_{self.name}", (share * kl_to_prior(logits, self.prior, trained)).sum(), self.kl_beta())
+        if self.target_depth > 0:
+            self.report_loss(f"target_depth_{self.name}", target_depth_loss(z_table, self.target_depth, trained),
+                             self.target_depth_weight)
+        self._report_utilisation()
+        self.report_stat("latent_tau", self.tau())
+        self.report_stat("latent_kl_beta", self.kl_beta())
+        z_rows = z_table.index_select(0, lang_ids)  # (B, L)
+        return z_rows.t().reshape(self.num_layers, 1, -1, 1)
+
+    def _plan(self, lang_ids: Tensor) -> List:
+        keep_rows = self.keep().to(lang_ids.device).index_select(0, lang_ids)  # (B, L)
+        self._report_utilisation()
+        any_all = torch.stack([keep_rows.any(0), keep_rows.all(0)]).tolist()  # one sync per call
+        plan = []
+        for layer, (some, every) in enumerate(zip(*any_all)):
+            plan.append(RUN if every else SKIP if not some else keep_rows[:, layer].view(1, -1, 1))
+        return plan
+
+    def _report_utilisation(self) -> None:
+        """Expected utilisation u_l = mean of q(z_l = 1) over the trained languages (Figure 6),
+        the expected depth sum_l u_l, and the depth the inference rule keeps (computed once per
+        value of the logits: decoding steps only copy them)."""
+        def compute():
+            trained = self.trained_languages
+            u = torch.sigmoid(self.logits.detach().float())[trained].mean(0)
+            width = len(str(self.num_layers))
+            stats = {f"{self.name}_u_{layer + 1:0{width}d}": value for layer, value in enumerate(u.tolist())}
+            stats[f"{self.name}_depth"] = float(u.sum())
+            stats[f"{self.name}_kept"] = float(self.keep()[trained].float().sum(-1).mean())
+            return stats
+
+        self._records()["stats"].update(self._derived("stats", compute))
+
+    # --- asked by the layers -------------------------------------------------------------------
+    def for_layer(self, layer: int, batch: int):
+        """(plan, z) of ``layer`` for the prepared call: plan RUN, SKIP or a (1, B, 1) bool mask of
+        the rows that keep the layer (inference); z the (1, B, 1) samples (training) or None (z = 1)."""
+        call = self._call
+        if call["batch"] != batch:
+            if call["batch"] is None:
+                raise RuntimeError(f"latent layer of the {self.name} stack ran outside its encoder/decoder forward")
+            raise RuntimeError(f"latent layers of the {self.name} stack were prepared for {call['batch']} sentences "
+                               f"but run on {batch}")
+        plan, z = call["plan"], call["z"]
+        return (RUN if plan is None else plan[layer]), (None if z is None else z[layer])
