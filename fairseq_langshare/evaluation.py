@@ -194,6 +194,43 @@ def to_markdown(results):
     return "\n".join(lines).rstrip() + "\n"
 
 
+def compare_markdown(runs, baseline=None, metrics=("bleu", "chrf")):
+    """Side by side: ``runs`` is [(name, results)] (results as ``evaluate`` returns or writes them);
+    one table per metric with a column per run, the group averages and each run's win ratio
+    against the run named ``baseline``. Directions are those of the first run."""
+    if not runs:
+        raise EvaluationError("nothing to compare: give at least one results JSON")
+    names = [name for name, _ in runs]
+    if baseline is not None and baseline not in names:
+        raise EvaluationError(f"--baseline {baseline!r} is not one of the runs ({', '.join(names)}); name one of them")
+    base = dict(runs).get(baseline)
+    first = runs[0][1].get("directions", {})
+    lines = []
+    for metric in metrics:
+        label = {"bleu": "BLEU", "chrf": "chrF", "spbleu": "spBLEU"}.get(metric, metric)
+        lines += [f"{label}:", "", "| direction | train pairs | group | " + " | ".join(names) + " |",
+                  "|---|---:|---|" + "---:|" * len(names)]
+        for d, row in first.items():
+            cells = [_fmt(res.get("directions", {}).get(d, {}).get(metric)) for _, res in runs]
+            lines.append(f"| {d} | {_fmt(row.get('train_size'))} | {row.get('group', '-')} | " + " | ".join(cells) + " |")
+        averages = [res.get("averages") or _averages(res.get("directions", {})) for _, res in runs]
+        for group in list(GROUP_ORDER) + ["all"]:
+            if group in averages[0]:
+                cells = [_fmt(avg.get(group, {}).get(metric)) for avg in averages]
+                lines.append(f"| **{group}** avg |  |  | " + " | ".join(cells) + " |")
+        if base is not None:
+            cells = []
+            for name, res in runs:
+                if name == baseline:
+                    cells.append("-")
+                    continue
+                wins, total = _win_stats(res, base, metric)
+                cells.append(f"{wins / total:.2f} ({wins}/{total})")
+            lines.append(f"| win ratio vs {baseline} |  |  | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def _atomic_write(path, text):
     path = os.path.abspath(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -537,4 +574,27 @@ def add_subcommand(subparsers):
     p.add_argument("--generate-args", default="",
                    help="extra fairseq-generate flags as one string, e.g. --generate-args='--cpu --nbest 1'")
     p.set_defaults(func=_run)
+
+    c = subparsers.add_parser(
+        "compare", help="side-by-side tables of several `langshare evaluate` results",
+        description="One table per metric with a column per run (per direction, group averages) and each run's "
+                    "win ratio against the baseline run.")
+    c.add_argument("results", nargs="+", help="NAME=RESULTS.json (from `langshare evaluate --out-json`), or a path "
+                                              "(named by its file name)")
+    c.add_argument("--baseline", default=None, help="NAME of the run the win ratios are against")
+    c.add_argument("--metrics", default="bleu,chrf", help="comma-separated metrics: bleu, chrf, spbleu")
+    c.set_defaults(func=_run_compare)
     return p
+
+
+def _run_compare(args):
+    try:
+        runs = []
+        for item in args.results:
+            name, _, path = item.rpartition("=") if "=" in item else (None, None, item)
+            name = name or os.path.splitext(os.path.basename(path))[0]
+            runs.append((name, _read_json(path, "results JSON")))
+        print(compare_markdown(runs, args.baseline, tuple(_csv(args.metrics))))
+    except (EvaluationError, FileNotFoundError) as e:
+        print(f"langshare compare: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

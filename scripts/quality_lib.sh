@@ -13,8 +13,12 @@ LANGS=$(paste -sd, "$CORPUS/langs.txt")
 PAIRS=$(cat "$CORPUS/lang_pairs.txt")
 mkdir -p "$OUT"
 
-train() {  # NAME ARGS...  (re-running resumes; a finished run stops at once at --max-update)
+train() {  # NAME ARGS...  (re-running resumes an unfinished run and skips a finished one)
     local name=$1; shift
+    if [ -e "$OUT/$name/finished-$UPDATES" ]; then
+        # not even a resume: fairseq-train resumed at --max-update still runs one more update
+        echo "== $name: already trained for $UPDATES updates"; return 0
+    fi
     echo "== training $name ($UPDATES updates)"
     fairseq-train "$CORPUS/bin" --user-dir "$PKG" --task multilingual_langshare \
         --langs "$LANGS" --lang-pairs "$PAIRS" --encoder-langtok tgt \
@@ -27,6 +31,7 @@ train() {  # NAME ARGS...  (re-running resumes; a finished run stops at once at 
         --cpu --num-workers 0 --seed 1 --log-format simple --log-interval 100 "$@" 2>&1 \
         | tee "$OUT/$name.train.log" \
         | { grep --line-buffered -E "train_inner|valid on|done training|Error" || true; }
+    grep -q "done training" "$OUT/$name.train.log" && touch "$OUT/$name/finished-$UPDATES"
 }
 
 evaluate() {  # NAME [BASELINE_JSON]
