@@ -182,6 +182,8 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
     else:
         pair_weights, changes = {k: v for k, v in weights.items() if k != "lang_inventory"}, {}
     export_name = getattr(model_cls, "export_model", PLAIN_ARCH)
+    if callable(export_name):  # a method whose export model depends on its options (adaptive sparse)
+        export_name = export_name(cfg.model)
     export_cls = MODEL_REGISTRY[export_name]
     model_cfg = _model_config(cfg.model, changes, export_name, export_cls)
     _check_export_model(pair_weights, model_cfg, export_cls)

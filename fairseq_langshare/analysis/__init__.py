@@ -6,9 +6,9 @@
 one entry point.
 """
 
-from . import clsr_gates, latent_depth, lsl_weights
+from . import adaptive_sparse, clsr_gates, latent_depth, lsl_weights
 
-ANALYSES = (clsr_gates, latent_depth, lsl_weights)
+ANALYSES = (adaptive_sparse, clsr_gates, latent_depth, lsl_weights)
 
 
 def add_subcommand(subparsers) -> None:

@@ -1,0 +1,154 @@
+"""Adaptive-sparse analysis (Gong et al., 2022, section 6.2 and Figure 2).
+
+``langshare analyze adaptive-sparse CHECKPOINT --out DIR [--language-families FILE]``:
+
+* every language's score vector per side (encoder: source languages, decoder: target languages):
+  the noise-free scores sigmoid(mu / tau) of all its heads, FFN blocks and layers, concatenated;
+* the components each language keeps at inference (top-k of mu: layers, heads per layer, blocks
+  per layer, 0-based) -> ``adaptive_sparse.json``;
+* the PCA of the score vectors (2 components, centred, by SVD) coloured by language family
+  (the ``family`` level of ``data/language_families.py``, as the paper's Figure 2) ->
+  ``adaptive_sparse_<side>.png`` for every side with at least two languages.
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+
+from ..data.language_families import LanguageFamilyError, family_of, read_families_file
+from ..languages import decode_inventory
+from ..models.adaptive_sparse_transformer import _stack_tables, selected_components
+from .latent_depth import _figure, _get, _save, _trained
+
+__all__ = ["scores_from_state", "pca_2d", "plot_pca", "analyze", "add_analysis"]
+
+STACKS = {"encoder": "src", "decoder": "tgt"}
+
+
+def scores_from_state(state, source: str = "the checkpoint") -> Dict:
+    weights = state["model"]
+    cfg = state.get("cfg") or {}
+    model_cfg, task_cfg = _get(cfg, "model"), _get(cfg, "task")
+    if not any(".sparse_scores." in k for k in weights):
+        raise ValueError(f"{source} has no component scores: analyze a checkpoint trained with "
+                         "--arch adaptive_sparse_transformer*")
+    langs = decode_inventory(weights["lang_inventory"]) if "lang_inventory" in weights else []
+    tau = float(_get(model_cfg, "sparse_tau", 1.0))
+    stacks = {}
+    for stack, side in STACKS.items():
+        prefix = f"{stack}.sparse_scores."
+        logits = {c: weights[f"{prefix}{c}_logits"].float() for c in ("heads", "blocks", "layers")
+                  if f"{prefix}{c}_logits" in weights}
+        tables = _stack_tables(weights, model_cfg, stack)
+        codes = _trained(task_cfg, langs, side)
+        vectors = {code: torch.cat([torch.sigmoid(mu[langs.index(code)] / tau).flatten() for mu in logits.values()])
+                   for code in codes}
+        stacks[stack] = {
+            "side": side, "languages": codes, "categories": list(logits),
+            "scores": {code: [round(v, 6) for v in vec.tolist()] for code, vec in vectors.items()},
+            "selected": {code: selected_components(tables, langs.index(code)) for code in codes},
+        }
+    return stacks
+
+
+def pca_2d(matrix: torch.Tensor) -> torch.Tensor:
+    """Rows projected on the first two principal components (centred; zeros where fewer exist)."""
+    x = matrix.double() - matrix.double().mean(0, keepdim=True)
+    _, _, v = torch.linalg.svd(x, full_matrices=False)
+    coords = x @ v[:2].t()
+    if coords.size(1) < 2:
+        coords = torch.cat([coords, torch.zeros(coords.size(0), 2 - coords.size(1), dtype=coords.dtype)], 1)
+    return coords
+
+
+def families_for(codes: List[str], path=None, level: str = "family") -> Dict[str, str]:
+    overrides = read_families_file(path) if path else None
+    out = {}
+    for code in codes:
+        try:
+            out[code] = family_of(code, overrides, level, source=str(path) if path else None)
+        except LanguageFamilyError:
+            out[code] = "unknown"  # drawn in grey; listed in the JSON
+    return out
+
+
+def plot_pca(stats: Dict, families: Dict[str, str], path) -> Path:
+    """Figure 2: languages placed by the PCA of their score vectors, coloured by family."""
+    codes = stats["languages"]
+    coords = stats["pca"]
+    names = sorted(set(families.values()))
+    fig = _figure(5.5, 4.5)
+    ax = fig.add_subplot(1, 1, 1)
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10"]
+    for i, name in enumerate(names):
+        members = [c for c in codes if families[c] == name]
+        color = "grey" if name == "unknown" else cmap(i % 10)
+        ax.scatter([coords[c][0] for c in members], [coords[c][1] for c in members], color=color, label=name, s=30)
+        for c in members:
+            ax.annotate(c, coords[c], fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("PC 1")
+    ax.set_ylabel("PC 2")
+    ax.set_title(f"component selection per {stats['side']} language (PCA of scores)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, Path(path))
+
+
+def analyze(checkpoint, out_dir, families_file=None, level: str = "family", verbose: bool = True) -> Dict:
+    from fairseq import checkpoint_utils
+
+    path = Path(checkpoint)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint {path}: pass the .pt file fairseq-train wrote")
+    stacks = scores_from_state(checkpoint_utils.load_checkpoint_to_cpu(str(path)), source=str(path))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {"checkpoint": str(path), "stacks": stacks, "figures": []}
+    for stack, stats in stacks.items():
+        codes = stats["languages"]
+        stats["families"] = families_for(codes, families_file, level)
+        if len(codes) >= 2:
+            coords = pca_2d(torch.tensor([stats["scores"][c] for c in codes]))
+            stats["pca"] = {c: [round(float(v), 6) for v in row] for c, row in zip(codes, coords)}
+            result["figures"].append(str(plot_pca(stats, stats["families"], out / f"adaptive_sparse_{stats['side']}.png")))
+    json_path = out / "adaptive_sparse.json"
+    tmp = json_path.with_name(f".{json_path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, json_path)
+    result["json"] = str(json_path)
+    if verbose:
+        for stack, stats in stacks.items():
+            print(f"{stack} ({stats['side']} language):")
+            for code in stats["languages"]:
+                sel = stats["selected"][code]
+                parts = [f"{k} {v}" for k, v in sel.items() if v is not None]
+                print(f"  {code:<8} {stats['families'][code]:<16} " + "; ".join(parts))
+        print(f"wrote {json_path} and {len(result['figures'])} figure(s) in {out}")
+    return result
+
+
+def _run(args) -> int:
+    analyze(args.checkpoint, args.out, families_file=args.language_families, level=args.level)
+    return 0
+
+
+def add_analysis(methods) -> None:
+    parser = methods.add_parser(
+        "adaptive-sparse",
+        help="adaptive sparse: PCA of per-language component scores by family (Figure 2), selected components",
+        description="Read an adaptive_sparse_transformer checkpoint: each language's component scores (heads, FFN "
+                    "blocks, layers), the components it keeps at inference (JSON) and the PCA of the score vectors "
+                    "coloured by language family (one figure per side with two or more languages).",
+    )
+    parser.add_argument("checkpoint", help="an adaptive_sparse_transformer checkpoint")
+    parser.add_argument("--out", required=True, help="directory for adaptive_sparse.json and the figures")
+    parser.add_argument("--language-families", default=None, metavar="FILE",
+                        help="TSV lang<TAB>family overriding/extending the shipped table")
+    parser.add_argument("--level", default="family", choices=("family", "genus"),
+                        help="grouping of the colours (family: the paper's Figure 2)")
+    parser.set_defaults(func=_run)

@@ -1,0 +1,251 @@
+"""Adaptive sparse Transformer (Gong et al., 2022), the building blocks: per-language component
+scores for attention heads (alpha, Eq. 5), FFN blocks (beta, Eq. 6) and layers (gamma, Eq. 7).
+
+Every language l has a logit mu per component; its score ``s = gumbel_sigmoid(mu, tau)`` (the
+binary Gumbel-softmax of ``modules/latent_layers.py``: one implementation) is drawn once per
+language and component per forward call, and every sentence takes the draws of its language.
+
+* Phase 1 (``num_updates < T-bar``): components are scaled by ``s``; loss ``c_s L_s`` (Eq. 8).
+* Phase 2 (from T-bar on): binary masks ``m`` keep the top-k scores of each category (H' heads
+  per layer, K' blocks per layer, D' layers), components are scaled by ``m * s``; losses
+  ``c_d L_d(m * s)`` (Eq. 9) and ``c_t L_t(s, m)`` (Eq. 10).
+* Inference: no noise. ``m`` is the top-k of mu per language (ties to the lower index) and the
+  kept components are scaled by the noise-free score ``sigmoid(mu / tau)``; unselected heads,
+  blocks and layers do not run.
+
+The losses sum over the languages trained on the scorer's side (Eq. 8-10 sum over languages)
+and over all components of the side (heads, blocks and layers concatenated).
+"""
+
+import itertools
+import math
+from typing import Dict, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .auxiliary import AuxiliaryReporter
+from .latent_layers import gumbel_sigmoid
+from .routing import MissingLanguageIds, route_by_language
+from .schedules import ScheduledModule
+
+__all__ = ["SPARSITY_TYPES", "topk_mask", "sparsity_loss", "disparity_loss", "topk_loss", "RoutedLinear",
+           "SparseScorer", "inference_tables", "CATEGORIES"]
+
+SPARSITY_TYPES = ("attn", "ffn", "layer")
+CATEGORIES = {"attn": "heads", "ffn": "blocks", "layer": "layers"}
+_DECISIONS = itertools.count()  # a new number for every inference decision computed
+
+
+def topk_mask(scores: Tensor, k: int) -> Tensor:
+    """Binary (float) mask of the ``k`` highest scores along the last dimension (ties to the lower index)."""
+    order = torch.argsort(-scores.detach(), dim=-1, stable=True)[..., :k]
+    return torch.zeros_like(scores).scatter_(-1, order, 1.0)
+
+
+def sparsity_loss(s: Tensor) -> Tensor:
+    """Eq. 8: sum_l sum_i s_li (log s_li - log 0.5), s (L, N) (0 log 0 = 0)."""
+    s = s.float()
+    return (torch.xlogy(s, s) - s * math.log(0.5)).sum()
+
+
+def disparity_loss(s: Tensor) -> Tensor:
+    """Eq. 9: sum_{l < l'} sum_i s_li s_l'i, s (L, N)."""
+    s = s.float()
+    return ((s.sum(0) ** 2 - (s ** 2).sum(0)).sum()) / 2
+
+
+def topk_loss(s: Tensor, m: Tensor) -> Tensor:
+    """Eq. 10: sum_l sum_i (s_li - m_li)^2."""
+    return ((s.float() - m.float()) ** 2).sum()
+
+
+def inference_tables(logits: Dict[str, Tensor], keep: Dict[str, int], tau: float) -> Dict[str, Dict[str, Tensor]]:
+    """The deterministic decision per category (``heads``/``blocks``/``layers`` -> mu): ``mask``
+    (the top-k of mu, bool), ``value`` (sigmoid(mu / tau) * mask) and, for heads and blocks,
+    ``index`` (N, layers, k): the kept components in ascending order."""
+    tables = {}
+    for category, mu in logits.items():
+        mu = mu.detach().float()
+        mask = topk_mask(mu, keep[category])
+        entry = {"mask": mask.bool(), "value": torch.sigmoid(mu / tau) * mask}
+        if category != "layers":
+            entry["index"] = mask.bool().nonzero()[:, -1].view(*mu.shape[:-1], keep[category])
+        tables[category] = entry
+    return tables
+
+
+class RoutedLinear(nn.Linear):
+    """``nn.Linear`` (same parameter names) that the sparse layer configures for one call:
+
+    * ``in_scale`` (1, B, in): multiplies the input (training: alpha before out_proj, beta before fc2);
+    * ``out_scale`` (1, B, out): multiplies ``x W^T`` before the bias (training: beta on W1, Eq. 6);
+    * ``route`` (lang_ids (B,), weights(lang) -> (W, b), key): every language's rows go through its
+      own (sliced) weights (inference: only the selected heads/blocks are computed). The sliced
+      weights are kept per language while ``key`` (the scorer's decision) and the weights stay
+      the same; ``train()`` drops them (training changes the weights)."""
+
+    def configure(self, in_scale=None, out_scale=None, route=None):
+        self.__dict__["_cfg"] = (in_scale, out_scale, route)
+
+    def train(self, mode: bool = True):
+        self.__dict__["_slices"] = None
+        return super().train(mode)
+
+    def _sliced(self, lang: int, weights, key):
+        if torch.is_grad_enabled():  # a graph needs the slices of the parameters themselves
+            return weights(lang)
+        key = (key, self.weight.data_ptr(), self.weight._version)
+        cache = self.__dict__.get("_slices")
+        if cache is None or cache[0] != key:
+            cache = (key, {})
+            self.__dict__["_slices"] = cache
+        value = cache[1].get(lang)
+        if value is None:
+            value = cache[1][lang] = weights(lang)
+        return value
+
+    def forward(self, x):
+        in_scale, out_scale, route = self.__dict__.get("_cfg") or (None, None, None)
+        if route is not None:
+            ids, weights, key = route
+            return route_by_language(x, ids, lambda lang, xs, _: F.linear(xs, *self._sliced(lang, weights, key)),
+                                     batch_dim=1)
+        if in_scale is not None:
+            x = x * in_scale.to(x.dtype)
+        if out_scale is not None:
+            return F.linear(x, self.weight) * out_scale.to(x.dtype) + self.bias
+        return F.linear(x, self.weight, self.bias)
+
+
+class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
+    """The selection logits mu of one side (encoder: source language, decoder: target language).
+
+    ``prepare(lang_ids)`` once per forward call of the stack; the layers then ask
+    ``layer_plan``/``head_plan``/``block_plan`` for their part of the call."""
+
+    def __init__(self, name: str, side: str, num_langs: int, num_layers: int, num_heads: int, ffn_dim: int, *,
+                 types: Sequence[str], blocks: int, keep_layers: int, keep_heads: int, keep_blocks: int,
+                 t_bar: int, tau: float = 1.0, c_s: float = 0.1, c_d: float = 0.02, c_t: float = 0.1,
+                 logit_init: float = 0.0, trained_languages: Optional[Sequence[int]] = None):
+        super().__init__()
+        self.name, self.side, self.types = name, side, tuple(types)
+        self.num_layers, self.num_heads, self.blocks = num_layers, num_heads, blocks
+        self.block_width = ffn_dim // blocks if blocks else 0
+        self.keep = {"layers": keep_layers, "heads": keep_heads, "blocks": keep_blocks}
+        self.t_bar, self.tau, self.c_s, self.c_d, self.c_t = t_bar, tau, c_s, c_d, c_t
+        shapes = {"heads": (num_langs, num_layers, num_heads), "blocks": (num_langs, num_layers, blocks),
+                  "layers": (num_langs, num_layers)}
+        for kind in self.types:
+            category = CATEGORIES[kind]
+            logits = nn.Parameter(torch.empty(shapes[category]))
+            nn.init.constant_(logits, logit_init)  # explicit: every score starts at sigmoid(logit_init)
+            setattr(self, f"{category}_logits", logits)
+        trained = torch.zeros(num_langs, dtype=torch.bool)
+        trained[list(trained_languages) if trained_languages else slice(None)] = True
+        self.register_buffer("trained_languages", trained, persistent=False)
+        self._call = {"batch": None}
+
+    def categories(self):
+        return [CATEGORIES[kind] for kind in self.types]
+
+    def logits(self, category: str) -> Optional[Tensor]:
+        return getattr(self, f"{category}_logits", None)
+
+    def phase(self) -> int:
+        """Algorithm 1: update t (1-based, trained with num_updates = t - 1) is in phase 2 when t > T-bar."""
+        return 1 if self.num_updates < self.t_bar else 2
+
+    # --- the deterministic inference decision --------------------------------------------------
+    def inference_tables(self) -> Dict[str, Dict[str, Tensor]]:
+        """The decision of ``inference_tables``, recomputed only when the logits change value (the
+        same object otherwise: the projections key their sliced weights on it)."""
+        logits = [self.logits(c).detach() for c in self.categories()]
+        cached = self.__dict__.get("_tables")
+        if cached is not None and all(a.shape == b.shape and a.device == b.device and torch.equal(a, b)
+                                      for a, b in zip(cached[0], logits)):
+            return cached[1]
+        tables = inference_tables({c: self.logits(c) for c in self.categories()}, self.keep, self.tau)
+        version = next(_DECISIONS)
+        for entry in tables.values():
+            entry["key"] = version
+        self.__dict__["_tables"] = ([t.clone() for t in logits], tables)
+        return tables
+
+    # --- per forward call -----------------------------------------------------------------------
+    def prepare(self, lang_ids: Optional[Tensor]) -> None:
+        if lang_ids is None:
+            raise MissingLanguageIds(
+                f"no {self.side}_lang_id for this batch: the adaptive sparse {self.name} selects components by each "
+                "sentence's language; train and decode with --task multilingual_langshare")
+        call = {"batch": lang_ids.numel(), "ids": lang_ids, "training": self.training}
+        if self.training:
+            call["rows"] = self._sample(lang_ids)
+        else:
+            tables = self.inference_tables()
+            call["tables"] = tables
+            if "layers" in tables:
+                gamma = tables["layers"]["value"].to(lang_ids.device).index_select(0, lang_ids)  # (B, D)
+                call["gamma"] = gamma
+                call["runs"] = (gamma > 0).any(0).tolist()  # one sync per call
+        self._call = call
+
+    def _sample(self, lang_ids: Tensor) -> Dict[str, Tensor]:
+        trained = self.trained_languages
+        phase = self.phase()
+        scores, masks, used = {}, {}, {}
+        for category in self.categories():
+            s = gumbel_sigmoid(self.logits(category), self.tau)  # one draw per language and component
+            scores[category] = s
+            if phase == 2:
+                masks[category] = topk_mask(s, self.keep[category])
+                used[category] = masks[category] * s
+            else:
+                used[category] = s
+        flat = lambda table: torch.cat([table[c][trained].flatten(1) for c in self.categories()], dim=1)
+        if phase == 1:
+            self.report_loss(f"sparsity_{self.name}", sparsity_loss(flat(scores)), self.c_s)
+        else:
+            self.report_loss(f"disparity_{self.name}", disparity_loss(flat(used)), self.c_d)
+            self.report_loss(f"topk_{self.name}", topk_loss(flat(scores), flat(masks)), self.c_t)
+        self.report_stat("sparse_phase", phase)
+        return {category: table.index_select(0, lang_ids) for category, table in used.items()}
+
+    def _check(self, batch: int):
+        call = self._call
+        if call["batch"] != batch:
+            raise RuntimeError(f"the adaptive sparse {self.name} was prepared for {call['batch']} sentences but runs "
+                               f"on {batch}: call it through its encoder/decoder forward")
+        return call
+
+    # --- asked by the layers ----------------------------------------------------------------------
+    def layer_plan(self, layer: int, batch: int):
+        """None (no layer sparsity: gamma = 1), "skip" (no sentence of the call keeps the layer) or
+        gamma (1, B, 1)."""
+        call = self._check(batch)
+        if "layers" not in self.categories():
+            return None
+        if call["training"]:
+            return call["rows"]["layers"][:, layer].view(1, -1, 1)
+        if not call["runs"][layer]:
+            return "skip"
+        return call["gamma"][:, layer].view(1, -1, 1)
+
+    def _plan(self, category: str, layer: int, batch: int):
+        call = self._check(batch)
+        if category not in self.categories():
+            return None
+        if call["training"]:
+            return "scale", call["rows"][category][:, layer]  # (B, H) or (B, K)
+        table = call["tables"][category]
+        return "select", call["ids"], table["index"][:, layer], table["value"][:, layer], table["key"]
+
+    def head_plan(self, layer: int, batch: int):
+        """None, ("scale", alpha (B, H)) in training, ("select", ids, index (N, H'), alpha (N, H), key) at
+        inference (key: identifies the decision)."""
+        return self._plan("heads", layer, batch)
+
+    def block_plan(self, layer: int, batch: int):
+        """None, ("scale", beta (B, K)) in training, ("select", ids, index (N, K'), beta (N, K), key) at inference."""
+        return self._plan("blocks", layer, batch)

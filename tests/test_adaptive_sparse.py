@@ -1,0 +1,452 @@
+"""adaptive_sparse_transformer: the losses of Eq. 8-10, Algorithm 1's phase switch (and its
+resume), top-k budgets, deterministic inference where only selected heads/blocks/layers run,
+mixed-batch invariance, export of a pair's sub-network, analysis."""
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+from fairseq.models.transformer import TransformerModel
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_langshare.export import export_pair
+from fairseq_langshare.models.adaptive_sparse_transformer import (
+    AdaptiveSparseSingleModel,
+    AdaptiveSparseTransformerModel,
+)
+from fairseq_langshare.modules.sparse_scores import (
+    SparseScorer,
+    disparity_loss,
+    sparsity_loss,
+    topk_loss,
+    topk_mask,
+)
+from test_export import TRAIN, plain_generate
+from test_language_aware_model import assert_incremental_equals_full, collate, mixed_indices, row_keys
+from tiny_corpus import build_task_and_model, generate, task_args, train
+
+M2M = ["en-xx", "en-yy", "xx-yy"]  # xx-yy (valid/test only): batches mix source languages too
+EN, XX, YY = 0, 1, 2
+ARCH = "adaptive_sparse_transformer_tiny"  # 2+2 layers, 4 heads of 8 dims, FFN 64 in K = 4 blocks of 16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread(one_thread):
+    yield
+
+
+def build(corpus, *flags, pairs=M2M, seed=1):
+    task, model, args = build_task_and_model(corpus, arch=ARCH, pairs=pairs, seed=seed,
+                                             extra=["--dropout", "0.0", "--max-update", "100", *flags])
+    task.load_dataset("valid")
+    return task, model, args
+
+
+def set_distinct_logits(model, seed=0):
+    """Random logits: every language keeps other heads, blocks and layers."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for scorer in model.scorers().values():
+            for category in scorer.categories():
+                mu = scorer.logits(category)
+                mu.copy_(torch.randn(mu.shape, generator=g) * 2)
+
+
+def logits_of(model, batch):
+    return model(**batch["net_input"])[0]
+
+
+# --- the equations --------------------------------------------------------------------------------
+
+def test_losses_equal_their_equations_on_hand_computed_inputs():
+    s = torch.tensor([[0.5, 1.0, 0.25], [0.0, 0.5, 1.0]])
+    # Eq. 8: sum s (log s - log 0.5): 0 + log 2 + 0.25 log 0.5 + 0 + 0 + log 2
+    assert sparsity_loss(s).item() == pytest.approx(2 * math.log(2) + 0.25 * math.log(0.5), abs=1e-6)
+    # Eq. 9: sum over pairs of languages of sum_i s_li s_l'i: 0 + 0.5 + 0.25
+    assert disparity_loss(s).item() == pytest.approx(0.75, abs=1e-6)
+    three = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])  # pairs: (1,2) 1, (1,3) 0, (2,3) 1
+    assert disparity_loss(three).item() == pytest.approx(2.0)
+    m = torch.tensor([[0.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
+    # Eq. 10: sum (s - m)^2 = 0.25 + 0 + 0.0625 + 0 + 0.25 + 0
+    assert topk_loss(s, m).item() == pytest.approx(0.5625)
+    assert topk_mask(torch.tensor([[0.2, 0.9, 0.9, 0.1]]), 2).tolist() == [[0.0, 1.0, 1.0, 0.0]]
+    assert topk_mask(torch.tensor([[0.5, 0.5, 0.5]]), 2).tolist() == [[1.0, 1.0, 0.0]]  # ties: lower index
+
+
+def test_phase_switch_is_exactly_at_t_bar():
+    scorer = SparseScorer("dec", "tgt", 2, 2, 4, 64, types=("attn", "ffn", "layer"), blocks=4, keep_layers=1,
+                          keep_heads=2, keep_blocks=1, t_bar=5)
+    phases = []
+    for n in range(8):
+        scorer.set_num_updates(n)
+        phases.append(scorer.phase())
+    # update t (1-based) is trained with num_updates = t - 1: updates 1..5 phase 1, 6.. phase 2
+    assert phases == [1, 1, 1, 1, 1, 2, 2, 2]
+
+
+def test_model_losses_are_the_equations_on_saturated_scores(corpus):
+    """Logits +50: every Gumbel sample is exactly 1, so each reported term has a closed form.
+    Encoder (source languages en, xx trained) and decoder (xx, yy): 2 layers x (4 heads + 4 blocks
+    + 1 layer) = 18 components per language; budgets 1 layer, 2 heads, 2 blocks: 9 kept."""
+    task, model, _ = build(corpus, "--sparse-logit-init", "50", "--sparse-t-bar", "10")
+    batch = collate(task, mixed_indices(task))
+    model.train()
+    model.set_num_updates(9)
+    logits_of(model, batch)
+    losses, stats = model.auxiliary_outputs()
+    assert set(losses) == {"sparsity_enc", "sparsity_dec"} and stats["sparse_phase"] == 1
+    for side in ("enc", "dec"):
+        value, weight = losses[f"sparsity_{side}"]
+        assert weight == 0.1 and value.item() == pytest.approx(2 * 18 * math.log(2), rel=1e-5)
+    model.set_num_updates(10)
+    logits_of(model, batch)
+    losses, stats = model.auxiliary_outputs()
+    assert set(losses) == {"disparity_enc", "disparity_dec", "topk_enc", "topk_dec"} and stats["sparse_phase"] == 2
+    for side in ("enc", "dec"):
+        assert losses[f"disparity_{side}"][1] == 0.02 and losses[f"topk_{side}"][1] == 0.1
+        assert losses[f"disparity_{side}"][0].item() == pytest.approx(9.0)  # the same 9 kept by both languages
+        assert losses[f"topk_{side}"][0].item() == pytest.approx(2 * 9.0)  # 9 unselected components at s = 1
+    model.eval()
+
+
+def test_phase_two_keeps_exactly_the_budgets_per_language(corpus):
+    task, model, _ = build(corpus, "--sparse-t-bar", "0", "--sparse-encoder-keep-heads", "3",
+                           "--sparse-decoder-keep-blocks", "1")
+    batch = collate(task, mixed_indices(task))
+    model.train()
+    logits_of(model, batch)
+    model.auxiliary_outputs()
+    budgets = {"encoder": {"heads": 3, "blocks": 2, "layers": 1}, "decoder": {"heads": 2, "blocks": 1, "layers": 1}}
+    for stack, scorer in model.scorers().items():
+        rows = scorer._call["rows"]  # the scores the sentences use: m * s
+        for category, keep in budgets[stack].items():
+            active = (rows[category] > 0).sum(-1)
+            assert (active == keep).all(), (stack, category, active)
+        tables = scorer.inference_tables()  # inference: the same budgets for every language
+        for category, keep in budgets[stack].items():
+            assert (tables[category]["mask"].sum(-1) == keep).all()
+    model.eval()
+
+
+def test_disparity_loss_pushes_two_languages_selections_apart():
+    """Phase 2 on the scores alone, both languages starting from the same logits: with c_d the
+    two languages end up keeping different heads and blocks; without it they keep sharing."""
+    def overlap_after(c_d):
+        torch.manual_seed(0)
+        scorer = SparseScorer("dec", "tgt", 2, 2, 4, 64, types=("attn", "ffn"), blocks=4, keep_layers=1,
+                              keep_heads=2, keep_blocks=2, t_bar=0, c_d=c_d)
+        with torch.no_grad():
+            for category in scorer.categories():  # both languages prefer components 0 and 1
+                scorer.logits(category).copy_(torch.tensor([2.0, 2.0, -2.0, -2.0]).expand_as(scorer.logits(category)))
+        optimizer = torch.optim.Adam(scorer.parameters(), lr=0.05)
+        scorer.train()
+        for _ in range(300):
+            scorer.prepare(torch.tensor([0, 1]))
+            losses, _ = scorer.pop_auxiliary()
+            loss = sum(weight * value for value, weight in losses.values())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        tables = scorer.inference_tables()
+        return sum(int((t["mask"][0] & t["mask"][1]).sum()) for t in tables.values())
+
+    shared = overlap_after(0.0)
+    apart = overlap_after(1.0)
+    assert shared == 8  # 2 layers x (2 heads + 2 blocks): still all shared
+    assert apart < shared / 2, apart
+
+
+# --- inference ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def full(corpus):
+    """All three sparsity types, random logits: languages keep different components."""
+    task, model, args = build(corpus)
+    set_distinct_logits(model)
+    return task, model.eval(), args
+
+
+def test_inference_is_deterministic_and_runs_only_the_selected_components(corpus, full):
+    task, model, _ = full
+    shapes, ran = [], []
+    hooks = []
+    for stack in ("encoder", "decoder"):
+        for i, layer in enumerate(getattr(model, stack).layers):
+            hooks.append(layer.self_attn.q_proj.register_forward_hook(
+                lambda m, inp, out, name=f"{stack}{i}": shapes.append((name, "q", out.size(-1)))))
+            hooks.append(layer.fc1.register_forward_hook(
+                lambda m, inp, out, name=f"{stack}{i}": shapes.append((name, "fc1", out.size(-1)))))
+            hooks.append(layer.register_forward_hook(lambda m, inp, out, name=f"{stack}{i}": ran.append(name)))
+    try:
+        batch = collate(task, [0, 1, 2])  # en -> xx
+        with torch.no_grad():
+            first = logits_of(model, batch)
+            assert torch.equal(logits_of(model, batch), first)  # no noise at inference
+    finally:
+        for hook in hooks:
+            hook.remove()
+    # H' = 2 of 4 heads (8 dims each), K' = 2 of 4 blocks (16 dims each)
+    assert {n for _, kind, n in shapes if kind == "q"} == {16} and {n for _, kind, n in shapes if kind == "fc1"} == {32}
+    # D' = 1 of 2 layers per stack: the other layer's attention and FFN never ran
+    kept = {stack: model.selected(EN if stack == "encoder" else XX, stack)["layers"] for stack in ("encoder", "decoder")}
+    computed = {name for name, _, _ in shapes}
+    assert computed == {f"encoder{kept['encoder'][0]}", f"decoder{kept['decoder'][0]}"}
+    model.train()
+    try:
+        model.set_num_updates(0)
+        with torch.no_grad():
+            assert not torch.equal(logits_of(model, batch), logits_of(model, batch))  # training samples
+    finally:
+        model.eval()
+        model.auxiliary_outputs()
+
+
+def test_sliced_weights_follow_the_decision_and_the_weights(corpus):
+    """Decoding keeps each language's sliced projections (no_grad); a new decision or new weights
+    must not reuse them (the graph-enabled path never caches: it is the reference). No layer
+    sparsity: every layer runs in every call, with other heads and blocks after the change."""
+    task, model, _ = build(corpus, "--sparse-types", "attn,ffn")
+    set_distinct_logits(model, seed=1)
+    model.eval()
+    batch = collate(task, mixed_indices(task))
+    with torch.no_grad():
+        logits_of(model, batch)  # fills the caches
+        set_distinct_logits(model, seed=2)
+        cached = logits_of(model, batch)
+    torch.testing.assert_close(cached, logits_of(model, batch).detach(), rtol=0, atol=0)
+    with torch.no_grad():
+        for layer in model.decoder.layers:
+            layer.self_attn.v_proj.weight.mul_(2.0)
+            layer.fc1.weight.mul_(0.5)
+        cached = logits_of(model, batch)
+    torch.testing.assert_close(cached, logits_of(model, batch).detach(), rtol=0, atol=0)
+
+
+def test_mixed_batch_equals_each_sentence_alone(full):
+    task, model, _ = full
+    batch = collate(task, mixed_indices(task))
+    ids = batch["net_input"]
+    assert len(set(ids["src_lang_id"].tolist())) == 2 and len(set(ids["tgt_lang_id"].tolist())) == 2
+    with torch.no_grad():
+        mixed = dict(zip(row_keys(task, batch), logits_of(model, batch)))
+        for i in mixed_indices(task):
+            alone = collate(task, [i])
+            n = alone["target"].size(1)
+            torch.testing.assert_close(mixed[row_keys(task, alone)[0]][:n], logits_of(model, alone)[0],
+                                       atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("side", ["src", "tgt"])
+def test_language_ids_change_the_output(full, side):
+    """Guards the invariance test: another language's components give another output."""
+    task, model, _ = full
+    batch = collate(task, [40, 41])  # xx -> yy
+    swapped = {**batch, "net_input": dict(batch["net_input"])}
+    swapped["net_input"][f"{side}_lang_id"] = torch.full_like(batch["net_input"][f"{side}_lang_id"],
+                                                              EN if side == "src" else XX)
+    with torch.no_grad():
+        assert not torch.allclose(logits_of(model, batch), logits_of(model, swapped), atol=1e-4)
+
+
+def test_incremental_decoding_equals_full_decoding(full):
+    task, model, _ = full
+    with torch.no_grad():
+        assert_incremental_equals_full(task, model, collate(task, mixed_indices(task)))
+
+
+def test_beam_search_mixed_equals_alone(full):
+    task, model, _ = full
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=10)
+    batch = collate(task, mixed_indices(task))
+    mixed = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), generator.generate([model], batch))}
+    for i in mixed_indices(task):
+        alone = collate(task, [i])
+        assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
+
+
+# --- export ---------------------------------------------------------------------------------------------
+
+def namespace_with(args, changes):
+    plain = copy.deepcopy(args)
+    for key, value in changes.items():
+        if value is None:
+            if hasattr(plain, key):
+                delattr(plain, key)
+        else:
+            setattr(plain, key, value)
+    return plain
+
+
+@pytest.mark.parametrize("types", ["ffn,layer", "attn,ffn,layer", "attn"])
+def test_export_state_dict_is_the_pairs_sub_network(corpus, types):
+    task, model, args = build(corpus, "--sparse-types", types)
+    set_distinct_logits(model, seed=3)
+    model.eval()
+    export_cls = TransformerModel if "attn" not in types else AdaptiveSparseSingleModel
+    assert AdaptiveSparseTransformerModel.export_model(args) == ("transformer" if "attn" not in types
+                                                                 else "adaptive_sparse_single")
+    ds = task.dataset("valid")
+    for start in [0] + list(ds.cumulative_sizes[:-1]):  # en-xx, en-yy, xx-yy (zero-shot)
+        batch = collate(task, list(range(start, start + 4)))
+        ni = dict(batch["net_input"])
+        src, tgt = int(ni["src_lang_id"][0]), int(ni["tgt_lang_id"][0])
+        weights, changes = AdaptiveSparseTransformerModel.export_state_dict(model.state_dict(), args, src, tgt)
+        if "layer" in types:
+            assert changes["encoder_layers"] == 1 and changes["decoder_layers"] == 1
+        if "ffn" in types:
+            assert changes["encoder_ffn_embed_dim"] == 32 and weights["decoder.layers.0.fc1.weight"].shape == (32, 32)
+        if "attn" in types:
+            assert weights["encoder.layers.0.self_attn.q_proj.weight"].shape == (16, 32)
+        exported = export_cls.build_model(namespace_with(args, changes), task).eval()
+        exported.load_state_dict(weights, strict=True)
+        with torch.no_grad():
+            expected = model(**ni)[0]
+            for key in ("src_lang_id", "tgt_lang_id"):
+                ni.pop(key)
+            torch.testing.assert_close(exported(**ni)[0], expected, rtol=1e-4, atol=1e-5)
+
+
+# --- fairseq-train ---------------------------------------------------------------------------------------
+
+def sparse_args(save, max_update, *extra):
+    return TRAIN + ["--arch", ARCH, "--max-update", str(max_update), "--save-dir", str(save), "--log-interval", "1",
+                    "--sparse-t-bar", "4", *extra]
+
+
+def logged(records, key):
+    values = {int(float(r["num_updates"])): float(r[key]) for r in records if key in r and "num_updates" in r}
+    assert values, f"{key} never logged"
+    return values
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    """4 updates (phase 1 ends at T-bar = 4), stop, resume to 30."""
+    save = tmp_path_factory.mktemp("sparse_ckpt")
+    first = train(task_args(corpus) + sparse_args(save, 4))
+    resumed = train(task_args(corpus) + sparse_args(save, 30))
+    return {"dir": save, "checkpoint": save / "checkpoint_last.pt", "first": first, "resumed": resumed}
+
+
+def test_phase_switch_at_t_bar_survives_resume(trained):
+    phase = logged(trained["first"], "stat_sparse_phase")
+    assert phase == {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0}
+    assert logged(trained["first"], "aux_sparsity_dec")
+    phase = logged(trained["resumed"], "stat_sparse_phase")
+    assert min(phase) == 5 and set(phase.values()) == {2.0}  # the resumed run starts at update 5, in phase 2
+    assert all(r.get("aux_sparsity_dec") is None for r in trained["resumed"] if "num_updates" in r)  # not reported
+    assert logged(trained["resumed"], "aux_topk_dec") and logged(trained["resumed"], "aux_disparity_dec")
+
+
+def user_dir_generate(corpus, checkpoint, src, tgt):
+    from tiny_corpus import PKG_DIR
+
+    return generate([str(corpus["bin"]), "--task", "translation_multi_simple_epoch", "--user-dir", PKG_DIR,
+                     "--langs", ",".join(corpus["langs"]), "--lang-pairs", f"{src}-{tgt}", "--encoder-langtok", "tgt",
+                     "--path", str(checkpoint), "--gen-subset", "test", "-s", src, "-t", tgt, "--beam", "3", "--cpu",
+                     "--max-tokens", "1000", "--required-batch-size-multiple", "1"])
+
+
+def full_generate(corpus, checkpoint, src, tgt):
+    return generate(task_args(corpus, pairs=[f"{src}-{tgt}"]) + [
+        "--path", str(checkpoint), "--gen-subset", "test", "-s", src, "-t", tgt, "--beam", "3", "--cpu",
+        "--max-tokens", "1000"])
+
+
+@pytest.mark.parametrize("src,tgt", [("en", "xx"), ("en", "yy"), ("xx", "yy")])  # xx-yy: zero-shot
+def test_exported_pair_translates_like_the_full_model(corpus, trained, tmp_path, src, tgt):
+    checkpoint = trained["checkpoint"]
+    full_hyps = full_generate(corpus, checkpoint, src, tgt)
+    assert len(full_hyps) == 20 and full_generate(corpus, checkpoint, src, tgt) == full_hyps
+    out = tmp_path / f"{src}-{tgt}.pt"
+    report = export_pair(checkpoint, src, tgt, out, verbose=False)
+    exported = torch.load(out, weights_only=True)
+    assert exported["cfg"]["model"]["_name"] == "adaptive_sparse_single"
+    assert exported["cfg"]["model"]["encoder_layers"] == 1 and exported["cfg"]["model"]["sparse_single_decoder_heads"] == 2
+    assert not any("sparse_scores" in k for k in exported["model"])
+    assert report["params"] < report["full_params"]
+    assert user_dir_generate(corpus, out, src, tgt) == full_hyps
+
+
+def test_trained_model_beam_search_is_per_sentence(corpus, trained):
+    """Rows leave the beam at different steps while xx and yy keep different heads, blocks and
+    layers: a mixed batch still gives every sentence its own translation (the H'-head caches
+    follow the beam)."""
+    from fairseq import checkpoint_utils
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(trained["checkpoint"])], arg_overrides={"data": str(corpus["bin"])})
+    model = models[0].eval()
+    set_distinct_logits(model, seed=5)
+    assert model.selected(XX, "decoder") != model.selected(YY, "decoder")
+    task.load_dataset("test")
+    ds = task.dataset("test")
+    indices = [s + k for k in range(8) for s in (0, ds.cumulative_sizes[0])]
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=20)
+    batch = ds.collater([ds[i] for i in indices])
+    hypos = generator.generate([model], batch)
+    assert len({len(h[0]["tokens"]) for h in hypos}) > 1, "hypotheses of different lengths"
+    mixed = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), hypos)}
+    for i in indices:
+        alone = ds.collater([ds[i]])
+        assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
+
+
+def test_ffn_and_layer_sparsity_export_a_plain_transformer(corpus, tmp_path):
+    """Without head sparsity a pair's sub-network is a plain fairseq transformer: fairseq-generate
+    loads it without the plugin and translates exactly as the full model."""
+    save = tmp_path / "ckpt"
+    train(task_args(corpus) + sparse_args(save, 10, "--sparse-types", "ffn,layer"))
+    checkpoint = save / "checkpoint_last.pt"
+    full_hyps = full_generate(corpus, checkpoint, "en", "yy")
+    export_pair(checkpoint, "en", "yy", tmp_path / "en-yy.pt", verbose=False)
+    exported = torch.load(tmp_path / "en-yy.pt", weights_only=True)
+    assert exported["cfg"]["model"]["_name"] == "transformer"
+    assert exported["cfg"]["model"]["decoder_ffn_embed_dim"] == 32 and exported["cfg"]["model"]["decoder_layers"] == 1
+    assert plain_generate(corpus, tmp_path / "en-yy.pt", "en", "yy") == full_hyps
+
+
+def test_analysis_cli_writes_scores_selection_and_pca(trained, tmp_path, capsys):
+    from fairseq_langshare import cli
+
+    families = tmp_path / "families.tsv"
+    families.write_text("xx\tIndo-European\nyy\tUralic\n")
+    assert cli.main(["analyze", "adaptive-sparse", str(trained["checkpoint"]), "--out", str(tmp_path / "out"),
+                     "--language-families", str(families)]) == 0
+    result = json.loads((tmp_path / "out" / "adaptive_sparse.json").read_text())
+    dec = result["stacks"]["decoder"]
+    assert dec["languages"] == ["xx", "yy"] and dec["families"] == {"xx": "Indo-European", "yy": "Uralic"}
+    assert len(dec["scores"]["xx"]) == 2 * 4 + 2 * 4 + 2
+    assert len(dec["selected"]["yy"]["layers"]) == 1 and all(len(h) == 2 for h in dec["selected"]["yy"]["heads"])
+    assert set(dec["pca"]) == {"xx", "yy"}
+    assert (tmp_path / "out" / "adaptive_sparse_tgt.png").stat().st_size > 0
+    assert "xx" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--sparse-types", "attn,mlp"], "--sparse-types"),
+    (["--sparse-ffn-blocks", "5"], "does not divide"),
+    (["--sparse-decoder-keep-heads", "5"], "outside 1..4"),
+    (["--sparse-encoder-keep-layers", "3"], "outside 1..2"),
+])
+def test_bad_flags_are_one_line_errors(corpus, flags, message):
+    with pytest.raises(ValueError, match=message) as info:
+        build(corpus, *flags)
+    assert "\n" not in str(info.value)
+
+
+def test_t_bar_defaults_to_half_the_run_and_is_saved_in_the_config(corpus):
+    _, model, args = build(corpus)  # --max-update 100
+    assert args.sparse_t_bar == 50 and {s.t_bar for s in model.scorers().values()} == {50}
+
+
+def test_missing_language_ids_are_a_clear_error(corpus, full):
+    from fairseq_langshare.modules.routing import MissingLanguageIds
+
+    task, model, _ = full
+    batch = collate(task, [0, 1])
+    net_input = {k: v for k, v in batch["net_input"].items() if not k.endswith("lang_id")}
+    with pytest.raises(MissingLanguageIds, match="multilingual_langshare"):
+        model(**net_input)
