@@ -33,7 +33,7 @@ def _sort_key(name):
 def gate_statistics(checkpoint: str, data: Optional[str] = None, split: str = "valid",
                     max_tokens: int = 4000) -> Dict:
     """Mean inference gate per CLSR sub-layer, overall and per language, over ``split``."""
-    from fairseq import checkpoint_utils, utils
+    from fairseq import checkpoint_utils
     from tqdm import tqdm
 
     overrides = {"data": data} if data else {}

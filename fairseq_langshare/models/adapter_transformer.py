@@ -28,10 +28,9 @@ from typing import Dict, List, Optional
 import torch
 from fairseq import checkpoint_utils
 from fairseq.dataclass import ChoiceEnum
-from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase, TransformerModel
+from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
 from fairseq.models.transformer.transformer_legacy import base_architecture
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from omegaconf import OmegaConf, open_dict
@@ -40,6 +39,7 @@ from torch import nn
 from ..languages import decode_inventory
 from ..modules.adapters import Adapter, AdapterBank, LanguagePairTable
 from .langshare_transformer import small_preset, tiny_preset
+from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
 
 logger = logging.getLogger(__name__)
@@ -356,32 +356,15 @@ class AdapterSingleDecoder(_SingleStack, TransformerDecoderBase):
 
 
 @register_model(SINGLE_MODEL)
-class AdapterSingleTransformerModel(TransformerModel):
+class AdapterSingleTransformerModel(ConfigTransformerModel):
     """One language pair of an adapter model (``langshare export``): fairseq's transformer with one
     ``Adapter`` after each layer the full model adapts (``encoder.layers.0.adapter.down.weight``);
     it takes no language ids and runs under fairseq's ``translation_multi_simple_epoch`` task
     (load it with ``--user-dir``)."""
 
     config_class = AdapterSingleConfig
-
-    @classmethod
-    def add_args(cls, parser):
-        gen_parser_from_dataclass(parser, cls.config_class(), delete_default=True, with_prefix="")
-
-    @classmethod
-    def build_model(cls, args, task):
-        with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
-            base_architecture(args)
-        cfg = cls.config_class.from_namespace(args)
-        return super(TransformerModel, cls).build_model(cfg, task)
-
-    @classmethod
-    def build_encoder(cls, cfg, src_dict, embed_tokens):
-        return AdapterSingleEncoder(cfg, src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
-        return AdapterSingleDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+    encoder_class = AdapterSingleEncoder
+    decoder_class = AdapterSingleDecoder
 
 
 # --- presets ---------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from enum import Enum
 from typing import Dict, List, Optional
 
 import torch
-from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -42,6 +41,7 @@ from torch import nn
 
 from ..modules.sparse_scores import CATEGORIES, SPARSITY_TYPES, RoutedLinear, SparseScorer, inference_tables
 from .langshare_transformer import size_preset
+from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
 from .latent_depth_transformer import trained_languages
 
@@ -568,7 +568,7 @@ class _SingleDecoder(TransformerDecoderBase):
 
 
 @register_model(SINGLE_MODEL)
-class AdaptiveSparseSingleModel(TransformerModel):
+class AdaptiveSparseSingleModel(ConfigTransformerModel):
     """One language pair of an adaptive sparse model with head sparsity (``langshare export``):
     fairseq's pre-norm transformer whose attentions have H' heads of the original head size
     (q/k/v: embed_dim -> H' x head_dim, out_proj back), the kept layers and FFN blocks only, the
@@ -576,25 +576,8 @@ class AdaptiveSparseSingleModel(TransformerModel):
     (load it with ``--user-dir``)."""
 
     config_class = AdaptiveSparseSingleConfig
-
-    @classmethod
-    def add_args(cls, parser):
-        gen_parser_from_dataclass(parser, cls.config_class(), delete_default=True, with_prefix="")
-
-    @classmethod
-    def build_model(cls, args, task):
-        with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
-            base_architecture(args)
-        cfg = cls.config_class.from_namespace(args)
-        return super(TransformerModel, cls).build_model(cfg, task)
-
-    @classmethod
-    def build_encoder(cls, cfg, src_dict, embed_tokens):
-        return _SingleEncoder(cfg, src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
-        return _SingleDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+    encoder_class = _SingleEncoder
+    decoder_class = _SingleDecoder
 
 
 # --- presets --------------------------------------------------------------------------------------------

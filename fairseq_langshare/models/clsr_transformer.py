@@ -11,9 +11,8 @@ criterion. Variants (Tables 1 and 7) are one flag, ``--clsr-variant``.
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-import torch
 from fairseq.dataclass import ChoiceEnum
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig

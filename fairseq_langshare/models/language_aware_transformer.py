@@ -14,20 +14,19 @@ from enum import Enum
 from contextlib import nullcontext
 from typing import Dict, List, Optional
 
-from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models.transformer import (
     TransformerConfig,
     TransformerDecoderBase,
     TransformerEncoderBase,
     TransformerModel,
 )
-from fairseq.models.transformer.transformer_legacy import base_architecture
 from omegaconf import OmegaConf, open_dict
 from torch import Tensor
 
 from ..languages import LanguageInventory, decode_inventory, encode_inventory
 from ..modules.auxiliary import collect_auxiliary
 from ..modules.routing import LanguageIds
+from .config_transformer import ConfigTransformerModel
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ class LanguageAwareDecoder(TransformerDecoderBase):
             )
 
 
-class LanguageAwareTransformerModel(TransformerModel):
+class LanguageAwareTransformerModel(ConfigTransformerModel):
     """Base model: subclasses set ``config_class``/``encoder_class``/``decoder_class`` and
     override the layer hooks of their encoder/decoder."""
 
@@ -98,20 +97,9 @@ class LanguageAwareTransformerModel(TransformerModel):
         self.inventory: Optional[LanguageInventory] = None
         self.register_buffer("lang_inventory", encode_inventory([]), persistent=True)
 
-    # Models register the fairseq-``transformer`` way (argparse flags generated from
-    # ``config_class``, presets as architectures): fairseq 0.12 cannot turn a Namespace into
-    # a TransformerConfig-typed hydra node (its nested encoder/decoder dataclasses break
-    # ``convert_namespace_to_omegaconf``), so a ``dataclass=`` registration would break the CLI.
-    # fairseq-hydra-train still works: its ``model:`` node holds the same flat keys.
-    @classmethod
-    def add_args(cls, parser):
-        gen_parser_from_dataclass(parser, cls.config_class(), delete_default=True, with_prefix="")
-
     @classmethod
     def build_model(cls, args, task):
-        with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
-            base_architecture(args)  # fill what an older config or the preset left out
-        cfg = cls.config_class.from_namespace(args)
+        cfg = cls.config_from_args(args)
         method_fields = {f.name for f in dataclasses.fields(cls.config_class)} - TRANSFORMER_FIELDS
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             for name in sorted(method_fields):  # the saved config names every option of the method
@@ -121,14 +109,6 @@ class LanguageAwareTransformerModel(TransformerModel):
         # per-language parameters are sized by the task's inventory (stored with the weights)
         cfg.num_languages = len(task.inventory) if hasattr(task, "inventory") else 0
         return super(TransformerModel, cls).build_model(cfg, task)
-
-    @classmethod
-    def build_encoder(cls, cfg, src_dict, embed_tokens):
-        return cls.encoder_class(cfg, src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
-        return cls.decoder_class(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer: Optional[int] = None,
