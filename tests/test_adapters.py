@@ -7,7 +7,6 @@ import re
 import pytest
 import torch
 from fairseq import checkpoint_utils
-from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_langshare.export import export_pair
 from fairseq_langshare.models.adapter_transformer import (
@@ -17,7 +16,13 @@ from fairseq_langshare.models.adapter_transformer import (
 )
 from fairseq_langshare.modules.adapters import UP_INIT_STD, Adapter, MissingPairAdapter
 from test_export import TRAIN
-from test_language_aware_model import assert_incremental_equals_full, collate, mixed_indices, row_keys
+from test_language_aware_model import (
+    assert_beam_search_mixed_equals_alone,
+    assert_incremental_equals_full,
+    collate,
+    mixed_indices,
+    row_keys,
+)
 from test_lsl import save_checkpoint
 from tiny_corpus import PKG_DIR, build_task_and_model, generate, task_args, train
 
@@ -184,13 +189,7 @@ def test_incremental_decoding_equals_full_decoding(variant):
 
 def test_beam_search_mixed_equals_alone(variant):
     task, model, _ = variant
-    model = copy.deepcopy(model)  # the generator sets a beam size on the attention modules
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=12)
-    batch = collate(task, mixed_indices(task))
-    mixed = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), generator.generate([model], batch))}
-    for i in mixed_indices(task):
-        alone = collate(task, [i])
-        assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
+    assert_beam_search_mixed_equals_alone(task, model, max_len_b=12)
 
 
 def test_absent_languages_adapters_get_no_gradient(corpus):

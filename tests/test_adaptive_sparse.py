@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 from fairseq.models.transformer import TransformerModel
-from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_langshare.export import export_pair
 from fairseq_langshare.models.adaptive_sparse_transformer import (
@@ -24,7 +23,13 @@ from fairseq_langshare.modules.sparse_scores import (
     topk_mask,
 )
 from test_export import TRAIN, plain_generate
-from test_language_aware_model import assert_incremental_equals_full, collate, mixed_indices, row_keys
+from test_language_aware_model import (
+    assert_beam_search_mixed_equals_alone,
+    assert_incremental_equals_full,
+    collate,
+    mixed_indices,
+    row_keys,
+)
 from tiny_corpus import build_task_and_model, generate, task_args, train
 
 M2M = ["en-xx", "en-yy", "xx-yy"]  # xx-yy (valid/test only): batches mix source languages too
@@ -258,12 +263,7 @@ def test_incremental_decoding_equals_full_decoding(full):
 
 def test_beam_search_mixed_equals_alone(full):
     task, model, _ = full
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=10)
-    batch = collate(task, mixed_indices(task))
-    mixed = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), generator.generate([model], batch))}
-    for i in mixed_indices(task):
-        alone = collate(task, [i])
-        assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
+    assert_beam_search_mixed_equals_alone(task, model, max_len_b=10)
 
 
 # --- export ---------------------------------------------------------------------------------------------
@@ -384,14 +384,8 @@ def test_trained_model_beam_search_is_per_sentence(corpus, trained):
     task.load_dataset("test")
     ds = task.dataset("test")
     indices = [s + k for k in range(8) for s in (0, ds.cumulative_sizes[0])]
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=20)
-    batch = ds.collater([ds[i] for i in indices])
-    hypos = generator.generate([model], batch)
-    assert len({len(h[0]["tokens"]) for h in hypos}) > 1, "hypotheses of different lengths"
-    mixed = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), hypos)}
-    for i in indices:
-        alone = ds.collater([ds[i]])
-        assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
+    assert_beam_search_mixed_equals_alone(task, model, indices, lambda idx: ds.collater([ds[i] for i in idx]),
+                                          max_len_b=20, min_distinct_lengths=2)
 
 
 def test_ffn_and_layer_sparsity_export_a_plain_transformer(corpus, tmp_path):

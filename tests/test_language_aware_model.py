@@ -130,14 +130,30 @@ def test_incremental_decoding_equals_full_decoding(setup):
     assert_incremental_equals_full(task, probe, collate(task, mixed_indices(task)))
 
 
+def assert_beam_search_mixed_equals_alone(task, model, indices=None, collater=None, beam=3, max_len_b=12,
+                                         min_distinct_lengths=1, copy_model=True):
+    """Beam search over a mixed-language batch gives every sentence the hypothesis it gets alone.
+    ``indices`` default to ``mixed_indices(task)``, ``collater(indices)`` to ``collate(task, ...)``;
+    ``min_distinct_lengths`` > 1 asks for hypotheses that finish at different steps; the search
+    runs on a copy (it sets a beam size on the attention modules) unless ``copy_model`` is False."""
+    import copy
+
+    indices = mixed_indices(task) if indices is None else indices
+    collater = collater or (lambda idx: collate(task, idx))
+    model = copy.deepcopy(model) if copy_model else model
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_b=max_len_b)
+    batch = collater(indices)
+    hypos = generator.generate([model], batch)
+    assert len({len(h[0]["tokens"]) for h in hypos}) >= min_distinct_lengths, "hypotheses of different lengths"
+    mixed = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), hypos)}
+    for i in indices:
+        alone = collater([i])
+        assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
+
+
 def test_beam_search_keeps_each_hypothesis_language(setup):
     task, _, probe, _ = setup
-    generator = SequenceGenerator([probe], task.target_dictionary, beam_size=3, max_len_b=12)
-    batch = collate(task, mixed_indices(task))
-    mixed = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), generator.generate([probe], batch))}
-    for i in mixed_indices(task):
-        alone = collate(task, [i])
-        assert generator.generate([probe], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
+    assert_beam_search_mixed_equals_alone(task, probe, copy_model=False)  # the probe holds non-leaf tensors
 
 
 def test_reordered_langs_route_by_code_after_loading(corpus):

@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 from fairseq.models.transformer import TransformerModel
-from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_langshare.export import export_pair
 from fairseq_langshare.models.latent_depth_transformer import LatentDepthTransformerModel
@@ -25,7 +24,13 @@ from fairseq_langshare.modules.latent_layers import (
 from fairseq_langshare.modules.routing import MissingLanguageIds
 from fairseq_langshare.modules.schedules import exponential_ramp
 from test_export import TRAIN, full_generate, plain_generate
-from test_language_aware_model import assert_incremental_equals_full, collate, mixed_indices, row_keys
+from test_language_aware_model import (
+    assert_beam_search_mixed_equals_alone,
+    assert_incremental_equals_full,
+    collate,
+    mixed_indices,
+    row_keys,
+)
 from tiny_corpus import build_task_and_model, task_args, train
 
 M2M = ["en-xx", "en-yy", "xx-yy"]  # xx-yy (valid/test only): batches mix source languages too
@@ -261,12 +266,7 @@ def test_incremental_decoding_equals_full_decoding(both):
 
 def test_beam_search_mixed_equals_alone(both):
     task, model, _ = both
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=10)
-    batch = collate(task, mixed_indices(task))
-    mixed = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), generator.generate([model], batch))}
-    for i in mixed_indices(task):
-        alone = collate(task, [i])
-        assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
+    assert_beam_search_mixed_equals_alone(task, model, max_len_b=10)
 
 
 def test_export_state_dict_is_an_equivalent_plain_transformer(both):
@@ -522,14 +522,8 @@ def test_trained_model_beam_search_is_per_sentence(corpus, trained):
     task.load_dataset("test")
     ds = task.dataset("test")
     indices = [s + k for k in range(8) for s in (0, ds.cumulative_sizes[0])]
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=20)
-    batch = ds.collater([ds[i] for i in indices])
-    hypos = generator.generate([model], batch)
-    assert len({len(h[0]["tokens"]) for h in hypos}) > 2, "hypotheses of different lengths"
-    mixed = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), hypos)}
-    for i in indices:
-        alone = ds.collater([ds[i]])
-        assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
+    assert_beam_search_mixed_equals_alone(task, model, indices, lambda idx: ds.collater([ds[i] for i in idx]),
+                                          max_len_b=20, min_distinct_lengths=3)
 
 
 def test_analysis_cli_writes_utilisation_and_its_history(trained, tmp_path, capsys):

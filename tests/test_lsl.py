@@ -25,8 +25,14 @@ from fairseq_langshare.modules.language_specific_layer import (
     parse_layer_spec,
 )
 from test_hydra_and_distributed import train_two_gloo_ranks
-from test_language_aware_model import collate, mixed_indices, row_keys
-from tiny_corpus import PKG_DIR, build_task_and_model, task_args, train
+from test_language_aware_model import (
+    assert_beam_search_mixed_equals_alone,
+    assert_incremental_equals_full,
+    collate,
+    mixed_indices,
+    row_keys,
+)
+from tiny_corpus import build_task_and_model, task_args, train
 
 M2M = ["en-xx", "en-yy", "xx-yy"]  # xx-yy has valid/test data only: batches then mix source languages too
 
@@ -93,26 +99,12 @@ def test_language_ids_change_the_output(variant):
 
 def test_incremental_decoding_equals_full_decoding(variant):
     task, model, _ = variant
-    batch = collate(task, mixed_indices(task))
-    ni = batch["net_input"]
-    enc = model.encoder(ni["src_tokens"], ni["src_lengths"], src_lang_id=ni["src_lang_id"], tgt_lang_id=ni["tgt_lang_id"])
-    prev = ni["prev_output_tokens"]
-    full = model.decoder(prev, encoder_out=enc)[0]
-    state = {}
-    steps = [model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0] for t in range(prev.size(1))]
-    real = prev.ne(task.target_dictionary.pad())
-    torch.testing.assert_close(torch.cat(steps, dim=1)[real], full[real], atol=1e-5, rtol=1e-4)
+    assert_incremental_equals_full(task, model, collate(task, mixed_indices(task)))
 
 
 def test_beam_search_mixed_equals_alone(variant):
     task, model, _ = variant
-    model = copy.deepcopy(model)  # the generator sets a beam size on the attention modules
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=12)
-    batch = collate(task, mixed_indices(task))
-    mixed = {k: h[0]["tokens"].tolist() for k, h in zip(row_keys(task, batch), generator.generate([model], batch))}
-    for i in mixed_indices(task):
-        alone = collate(task, [i])
-        assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
+    assert_beam_search_mixed_equals_alone(task, model, max_len_b=12)
 
 
 def test_beam_search_scores_equal_full_forward_scores(variant):
