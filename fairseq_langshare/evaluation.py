@@ -24,6 +24,7 @@ import os
 import shlex
 import sys
 import tempfile
+from .atomic_files import write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -229,20 +230,6 @@ def compare_markdown(runs, baseline=None, metrics=("bleu", "chrf")):
             lines.append(f"| win ratio vs {baseline} |  |  | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
-
-
-def _atomic_write(path, text):
-    path = os.path.abspath(path)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # ----------------------------------------------------------------------------- corpus/checkpoint
@@ -518,9 +505,9 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         results["win_ratio"] = {"baseline": baseline_name, "metric": "bleu", "value": wins / total,
                                 "wins": wins, "directions": total}
     if out_json:
-        _atomic_write(out_json, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+        write_json_atomic(out_json, results)
     if out_md:
-        _atomic_write(out_md, to_markdown(results))
+        write_text_atomic(out_md, to_markdown(results))
     return results
 
 

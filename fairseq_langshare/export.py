@@ -26,7 +26,6 @@ the file is written to a temporary name and renamed.
 import argparse
 import dataclasses
 import logging
-import os
 from enum import Enum
 from pathlib import Path
 from typing import Dict
@@ -40,6 +39,7 @@ from omegaconf import OmegaConf
 
 from .languages import decode_inventory
 from .tasks.multilingual_langshare import options_as_namespace
+from .atomic_files import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -211,14 +211,7 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
     }
     _retie(exported["model"], pair_weights)
 
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
-    try:
-        torch.save(exported, tmp)
-        os.replace(tmp, out_path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    write_atomic(out_path, lambda tmp: torch.save(exported, tmp))
 
     report = {
         "path": str(out_path), "src": src, "tgt": tgt,

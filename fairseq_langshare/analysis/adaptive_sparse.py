@@ -11,8 +11,6 @@
   ``adaptive_sparse_<side>.png`` for every side with at least two languages.
 """
 
-import json
-import os
 from pathlib import Path
 from typing import Dict, List
 
@@ -21,7 +19,8 @@ import torch
 from ..data.language_families import LanguageFamilyError, family_of, read_families_file
 from ..languages import decode_inventory
 from ..models.adaptive_sparse_transformer import _stack_tables, selected_components
-from .latent_depth import _figure, _get, _save, _trained
+from .latent_depth import _figure, _get, _trained
+from ..atomic_files import save_figure_atomic, write_json_atomic
 
 __all__ = ["scores_from_state", "pca_2d", "plot_pca", "analyze", "add_analysis"]
 
@@ -96,7 +95,7 @@ def plot_pca(stats: Dict, families: Dict[str, str], path) -> Path:
     ax.set_title(f"component selection per {stats['side']} language (PCA of scores)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    return _save(fig, Path(path))
+    return save_figure_atomic(fig, path)
 
 
 def analyze(checkpoint, out_dir, families_file=None, level: str = "family", verbose: bool = True) -> Dict:
@@ -117,9 +116,7 @@ def analyze(checkpoint, out_dir, families_file=None, level: str = "family", verb
             stats["pca"] = {c: [round(float(v), 6) for v in row] for c, row in zip(codes, coords)}
             result["figures"].append(str(plot_pca(stats, stats["families"], out / f"adaptive_sparse_{stats['side']}.png")))
     json_path = out / "adaptive_sparse.json"
-    tmp = json_path.with_name(f".{json_path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, json_path)
+    write_json_atomic(json_path, result)
     result["json"] = str(json_path)
     if verbose:
         for stack, stats in stacks.items():

@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from ..modules.clsr import ClsrUnit
+from ..atomic_files import save_figure_atomic, write_json_atomic
 
 KINDS = ("enc.self_attn", "enc.ffn", "dec.self_attn", "dec.cross_attn", "dec.ffn")
 _NAME = re.compile(r"^(enc|dec)(\d+)\.(\w+)$")
@@ -119,7 +120,7 @@ def plot_lsscore(scores: Dict, path: str) -> None:
     ax.set_title(f"LSScore over budgets {scores['budgets']}")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure_atomic(fig, path)
     plt.close(fig)
 
 
@@ -141,21 +142,14 @@ def plot_heatmap(scores: Dict, languages_by_size: List[str], path: str) -> None:
     ax.set_yticks(range(len(names)), names, fontsize=7)
     fig.colorbar(im, ax=ax, label="LSScore")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure_atomic(fig, path)
     plt.close(fig)
-
-
-def _write_json(path, obj):
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
 
 
 def _run_gates(args):
     os.makedirs(args.out, exist_ok=True)
     stats = gate_statistics(args.checkpoint, data=args.data, split=args.split, max_tokens=args.max_tokens)
-    _write_json(os.path.join(args.out, "gates.json"), stats)
+    write_json_atomic(os.path.join(args.out, "gates.json"), stats)
     print(f"p={stats['budget']} open-gate rate {stats['open_rate']:.3f} on {args.split}")
     for name in stats["sublayers"]:
         print(f"  {name:<16} {stats['mean_gate'][name]:.3f}")
@@ -174,7 +168,7 @@ def _run_lsscore(args):
         with open(args.manifest, encoding="utf-8") as f:
             order = json.load(f).get("languages", [])
     os.makedirs(args.out, exist_ok=True)
-    _write_json(os.path.join(args.out, "lsscore.json"), {**scores, "dedicated": dedicated_flags(scores)})
+    write_json_atomic(os.path.join(args.out, "lsscore.json"), {**scores, "dedicated": dedicated_flags(scores)})
     plot_lsscore(scores, os.path.join(args.out, "lsscore.png"))
     plot_heatmap(scores, order, os.path.join(args.out, "lsscore_heatmap.png"))
     for name in scores["sublayers"]:

@@ -14,7 +14,6 @@
 """
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -23,6 +22,7 @@ import torch
 
 from ..languages import decode_inventory
 from ..modules.latent_layers import keep_table
+from ..atomic_files import save_figure_atomic, write_json_atomic
 
 __all__ = ["utilisation_from_state", "utilisation_from_logs", "plot_utilisation", "plot_training", "analyze",
            "add_analysis"]
@@ -129,17 +129,6 @@ def _figure(width, height):
     return fig
 
 
-def _save(fig, path: Path) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        fig.savefig(tmp, format="png", dpi=120)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
-
-
 def plot_utilisation(stats: Dict, stack: str, path) -> Path:
     """Figures 5/9: q(z_l = 1) per language (rows) and layer (columns); kept layers are dotted."""
     codes, layers = stats["languages"], stats["layers"]
@@ -158,7 +147,7 @@ def plot_utilisation(stats: Dict, stack: str, path) -> Path:
     ax.set_title(f"layer selection probability ({stack}; dots: kept, {rule})", fontsize=9)
     fig.colorbar(image, ax=ax, label="q(z_l = 1)")
     fig.tight_layout()
-    return _save(fig, Path(path))
+    return save_figure_atomic(fig, path)
 
 
 def plot_training(history: Dict, stack: str, path) -> Path:
@@ -174,7 +163,7 @@ def plot_training(history: Dict, stack: str, path) -> Path:
     ax.set_title(f"layer utilisation u_l during training ({stack})", fontsize=9)
     fig.colorbar(image, ax=ax, label="u_l")
     fig.tight_layout()
-    return _save(fig, Path(path))
+    return save_figure_atomic(fig, path)
 
 
 def analyze(checkpoint, out_dir, logs: Sequence = (), verbose: bool = True) -> Dict:
@@ -200,9 +189,7 @@ def analyze(checkpoint, out_dir, logs: Sequence = (), verbose: bool = True) -> D
             stats["training"] = history
             result["figures"].append(str(plot_training(history, stack, out / f"latent_depth_{stack}_training.png")))
     json_path = out / "latent_depth.json"
-    tmp = json_path.with_name(f".{json_path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, json_path)
+    write_json_atomic(json_path, result)
     result["json"] = str(json_path)
     if verbose:
         for stack, stats in stacks.items():

@@ -8,8 +8,6 @@ seeds) the weights are averaged and the plot shades the range between runs, as t
 Figure 3 does for its 3 runs; the selection uses the mean.
 """
 
-import json
-import os
 import re
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -17,6 +15,7 @@ from typing import Dict, List, Sequence
 import torch
 
 from ..modules.language_specific_layer import MIX_KINDS, format_layer_spec
+from ..atomic_files import save_figure_atomic, write_json_atomic
 
 __all__ = ["read_mixing_weights", "mixing_weights_from_state_dict", "select_architecture",
            "plot_mixing_weights", "analyze", "add_analysis"]
@@ -62,16 +61,6 @@ def select_architecture(weights: Sequence[Sequence[float]]) -> str:
     return format_layer_spec(sides)
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def plot_mixing_weights(runs: Sequence[Sequence[Sequence[float]]], path, title: str = "LSL mixing weights") -> Path:
     """Figure 3: one line per branch (shared / source LSL / target LSL) over encoder layers, the
     mean over runs, shaded between the smallest and largest run."""
@@ -102,7 +91,7 @@ def plot_mixing_weights(runs: Sequence[Sequence[Sequence[float]]], path, title: 
     ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
     path = Path(path)
-    _atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    save_figure_atomic(fig, path)
     return path
 
 
@@ -143,7 +132,7 @@ def analyze(checkpoints: Sequence, out_dir, verbose: bool = True) -> Dict:
         "train_flags": " ".join(train_flags),
     }
     json_path, png_path = out / "lsl_weights.json", out / "lsl_weights.png"
-    _atomic_write(json_path, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"))
+    write_json_atomic(json_path, result)
     plot_mixing_weights(runs, png_path)
     result.update(json=str(json_path), png=str(png_path))
     if verbose:
