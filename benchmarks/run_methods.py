@@ -12,8 +12,12 @@ import sys
 
 from .run_baseline import SMALL, run_comparisons
 
+SPARSE_BASE = ["--share-all-embeddings", "--dropout", "0.1", "--encoder-embed-dim", "128", "--decoder-embed-dim", "128",
+               "--encoder-normalize-before", "--decoder-normalize-before"]
+SPARSE_BASELINE = [*SMALL, "--encoder-normalize-before", "--decoder-normalize-before"]
+
 COMPARISONS = [
-    # (name, B label, B); A is always langshare_transformer_small
+    # (name, B label, B[, A]); A is langshare_transformer_small unless given
     ("clsr-vs-baseline", "clsr_transformer_small (p = 0.3, target-specific encoder)",
      ["--arch", "clsr_transformer_small", "--share-all-embeddings", "--dropout", "0.1",
       "--clsr-encoder-lang", "tgt", "--clsr-budget", "0.3", "--clsr-noise-ramp-updates", "1000"]),
@@ -21,6 +25,22 @@ COMPARISONS = [
        ["--arch", "langshare_adapter_transformer_small", "--share-all-embeddings", "--dropout", "0.1",
         "--adapter-placement", placement])
       for placement in ("enc-src", "enc-src-tgt", "enc-dec", "pair")],
+    # adaptive sparse (issue 6): a pair's exported sub-network of adaptive_sparse_transformer_small
+    # (3+3 layers, 4 heads, FFN 512 in 4 blocks; each language keeps 2 layers, 2 heads, 2 blocks)
+    # against a langshare_transformer of the same active size, both pre-norm
+    ("adaptive-sparse-heads-export-vs-baseline",
+     "adaptive_sparse_single: 3+3 layers, 2 of 4 heads, FFN 512 (exported head sparsity)",
+     ["--arch", "adaptive_sparse_single", *SPARSE_BASE, "--encoder-layers", "3", "--decoder-layers", "3",
+      "--encoder-ffn-embed-dim", "512", "--decoder-ffn-embed-dim", "512",
+      "--sparse-single-encoder-heads", "2", "--sparse-single-decoder-heads", "2"],
+     [*SPARSE_BASELINE, "--encoder-layers", "3", "--decoder-layers", "3"]),
+    ("adaptive-sparse-ffn-layer-export-vs-baseline",
+     "fairseq transformer: 2+2 layers, FFN 256 (exported FFN-block and layer sparsity)",
+     ["--arch", "transformer", *SPARSE_BASE, "--encoder-layers", "2", "--decoder-layers", "2",
+      "--encoder-ffn-embed-dim", "256", "--decoder-ffn-embed-dim", "256",
+      "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"],
+     [*SPARSE_BASELINE, "--encoder-layers", "2", "--decoder-layers", "2",
+      "--encoder-ffn-embed-dim", "256", "--decoder-ffn-embed-dim", "256"]),
     ("multidecoder-vs-baseline", "langshare_multistack_transformer_small --multi-decoder tgt-family",
      ["--arch", "langshare_multistack_transformer_small", "--share-all-embeddings", "--dropout", "0.1",
       "--multi-decoder", "tgt-family"]),
@@ -28,7 +48,8 @@ COMPARISONS = [
 
 
 def main(argv=None) -> int:
-    comparisons = [(name, "langshare_transformer_small", SMALL, b_label, b) for name, b_label, b in COMPARISONS]
+    comparisons = [(c[0], "langshare_transformer_small" + (" (same active size, pre-norm)" if len(c) > 3 else ""),
+                    c[3] if len(c) > 3 else SMALL, c[1], c[2]) for c in COMPARISONS]
     return run_comparisons(argv, "python -m benchmarks.run_methods", __doc__.split("\n\n")[0], comparisons)
 
 
