@@ -87,3 +87,36 @@ def test_markdown_table(outcome):
     for entry in result["metrics"].values():
         assert f"| {entry['label']} [{entry['unit']}] |" in text
     assert f"`{shlex.join(B)}`" in text and "torch " in text and "fairseq " in text
+
+
+def _shipped_comparisons():
+    from benchmarks import run_baseline, run_methods
+
+    for name, _, a, _, b in run_baseline.COMPARISONS:
+        yield name, a, b
+    for c in run_methods.COMPARISONS:
+        yield c[0], (c[3] if len(c) > 3 else run_baseline.SMALL), c[2]
+
+
+@pytest.mark.parametrize("name,a,b", list(_shipped_comparisons()), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_shipped_comparison_trains_and_decodes(corpus, tmp_path, name, a, b):
+    """Each comparison of `make benchmark` / `benchmarks.run_methods` builds both models on one
+    task, takes a real training step and decodes (a comparison that cannot run fails here, not
+    after minutes of measuring)."""
+    if "--multi-decoder" in b:  # the tiny corpus' made-up languages are in no family table
+        families = tmp_path / "families.tsv"
+        families.write_text("en\tGermanic\nxx\tRomance\nyy\tSlavic\n")
+        b = [*b, "--language-families", str(families)]
+    settings = harness.Settings(
+        name=name, data=str(corpus["bin"]), langs=list(corpus["langs"]), lang_pairs=list(corpus["pairs"]),
+        a=list(a), b=list(b), reps=0, max_tokens=512, train_batches=1, decode_sentences=2,
+        decode_single_sentences=1, decode_batch_size=2, memory_reps=0, decode_len=3)
+    bench = harness.Benchmark(settings)
+    try:
+        for key in harness.CONFIGS:
+            loss = harness.train_step(bench.trainers[key], bench.train_batches[0])
+            assert loss == loss and loss > 0, f"{name}: configuration {key} gave loss {loss}"
+            bench.models[key].eval()
+            assert harness.decode_batch(bench.task, bench.generators[key], bench.models[key], bench.single[0]) > 0
+    finally:
+        bench.close()

@@ -153,7 +153,7 @@ def test_bad_families_files_are_one_line_errors(tmp_path, text, message):
 
 
 def test_unknown_language_is_a_one_line_error_naming_it_and_the_fix(corpus, tmp_path):
-    with pytest.raises(LanguageFamilyError, match=r"language 'qqq' is in the shipped language family table") as e:
+    with pytest.raises(LanguageFamilyError, match=r"language 'qqq' is not in the shipped language family table") as e:
         resolve_families(["en", "qqq"])
     assert "add a line 'qqq<TAB>FAMILY' to a families file" in str(e.value) and "--language-families" in str(e.value)
     path = tmp_path / "f.tsv"

@@ -179,10 +179,10 @@ def family_of(code: str, overrides: Optional[Dict[str, str]] = None, level: str 
         c = ALIASES.get(c, c)
         if c in SHIPPED:
             return SHIPPED[c][LEVELS.index(level)]
-    where = f"neither the shipped language family table nor {source}" if source else "the shipped language family table"
+    where = f"in neither the shipped language family table nor {source}" if source else "not in the shipped language family table"
     fix = f"add a line '{code}<TAB>FAMILY' to {source}" if source else (
         f"add a line '{code}<TAB>FAMILY' to a families file (TSV, # comments) and pass --language-families FILE")
-    raise LanguageFamilyError(f"language {code!r} is in {where}: {fix}")
+    raise LanguageFamilyError(f"language {code!r} is {where}: {fix}")
 
 
 def resolve_families(langs: Sequence[str], path=None, level: str = "genus") -> Dict[str, str]:
