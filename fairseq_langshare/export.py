@@ -4,10 +4,10 @@ The result is a fairseq ``transformer`` (arch ``transformer``) with a
 ``translation_multi_simple_epoch`` task config: fairseq's own model and task, so
 ``fairseq-generate --task translation_multi_simple_epoch`` (no ``--user-dir``) loads it and adds
 the same language tokens as the full model's ``multilingual_langshare`` run, and translates the
-pair exactly as the full model does (adapter models are the exception: see ``export_model``
-below). It holds only the weights that pair uses, no optimizer state, and no pickled Python
-objects (``args: None``; ``cfg`` is plain dicts and lists), so it loads under
-``torch.load(weights_only=True)`` without any allow-listing.
+pair exactly as the full model does (adapter models and adaptive sparse models with head
+sparsity are the exception: see ``export_model`` below). It holds only the weights that pair
+uses, no optimizer state, and no pickled Python objects (``args: None``; ``cfg`` is plain dicts
+and lists), so it loads under ``torch.load(weights_only=True)`` without any allow-listing.
 
 Generic over methods: a model class that has language-specific parts provides
 
@@ -15,12 +15,13 @@ Generic over methods: a model class that has language-specific parts provides
     def export_state_dict(cls, state_dict, model_cfg, src_id, tgt_id) -> (state_dict, cfg_changes)
 
 returning the pair's weights under fairseq ``transformer`` names and model-config changes
-(``None`` deletes a key). A model without one (``langshare_transformer``) exports itself. A method
-whose pair sub-network is no plain Transformer (adapters) names the registered model it exports to
-in a class attribute ``export_model`` (default ``"transformer"``); that model's own options are kept
-in the exported config, and loading it needs ``--user-dir``. The result is always checked against
-the keys and shapes of the export model built from the exported config before anything is written;
-the file is written to a temporary name and renamed.
+(``None`` deletes a key). A model without one (``langshare_transformer``) exports itself. A
+method whose pair sub-network is no plain Transformer (adapters, pruned heads) names the
+registered model it exports to in a class attribute ``export_model`` (default ``"transformer"``,
+or a function of the model config); that model's own options are kept in the exported config,
+and loading it needs ``--user-dir``. The result is always checked against the keys and shapes of
+the export model built from the exported config before anything is written; the file is written
+to a temporary name and renamed.
 """
 
 import argparse
@@ -37,9 +38,9 @@ from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from omegaconf import OmegaConf
 
+from .atomic_files import write_atomic
 from .languages import decode_inventory
 from .tasks.multilingual_langshare import options_as_namespace
-from .atomic_files import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -253,7 +254,8 @@ def add_subcommand(subparsers) -> None:
         description="Write the weights one language pair uses as a plain fairseq `transformer` checkpoint that "
                     "fairseq-generate --task translation_multi_simple_epoch loads without --user-dir "
                     "(pass the same --langs, --lang-pairs SRC-TGT and langtok flags as for the full model). An adapter "
-                    "model's pair is a langshare_adapter_single checkpoint instead: load it with --user-dir.",
+                    "model's pair is a langshare_adapter_single checkpoint instead, an adaptive sparse model with head "
+                    "sparsity an adaptive_sparse_single one: load those with --user-dir.",
     )
     parser.add_argument("checkpoint", help="a fairseq_langshare checkpoint (e.g. checkpoints/checkpoint_best.pt)")
     parser.add_argument("--src", required=True, help="source language code (one of the checkpoint's --langs)")
