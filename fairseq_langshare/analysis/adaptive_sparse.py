@@ -19,7 +19,8 @@ import torch
 from ..data.language_families import LanguageFamilyError, family_of, read_families_file
 from ..languages import decode_inventory
 from ..models.adaptive_sparse_transformer import _stack_tables, selected_components
-from .latent_depth import _figure, _get, _trained
+from .figures import new_figure
+from .saved_config import config_value, trained_codes
 from ..atomic_files import save_figure_atomic, write_json_atomic
 
 __all__ = ["scores_from_state", "pca_2d", "plot_pca", "analyze", "add_analysis"]
@@ -30,19 +31,19 @@ STACKS = {"encoder": "src", "decoder": "tgt"}
 def scores_from_state(state, source: str = "the checkpoint") -> Dict:
     weights = state["model"]
     cfg = state.get("cfg") or {}
-    model_cfg, task_cfg = _get(cfg, "model"), _get(cfg, "task")
+    model_cfg, task_cfg = config_value(cfg, "model"), config_value(cfg, "task")
     if not any(".sparse_scores." in k for k in weights):
         raise ValueError(f"{source} has no component scores: analyze a checkpoint trained with "
                          "--arch adaptive_sparse_transformer*")
     langs = decode_inventory(weights["lang_inventory"]) if "lang_inventory" in weights else []
-    tau = float(_get(model_cfg, "sparse_tau", 1.0))
+    tau = float(config_value(model_cfg, "sparse_tau", 1.0))
     stacks = {}
     for stack, side in STACKS.items():
         prefix = f"{stack}.sparse_scores."
         logits = {c: weights[f"{prefix}{c}_logits"].float() for c in ("heads", "blocks", "layers")
                   if f"{prefix}{c}_logits" in weights}
         tables = _stack_tables(weights, model_cfg, stack)
-        codes = _trained(task_cfg, langs, side)
+        codes = trained_codes(task_cfg, langs, side)
         vectors = {code: torch.cat([torch.sigmoid(mu[langs.index(code)] / tau).flatten() for mu in logits.values()])
                    for code in codes}
         stacks[stack] = {
@@ -79,7 +80,7 @@ def plot_pca(stats: Dict, families: Dict[str, str], path) -> Path:
     codes = stats["languages"]
     coords = stats["pca"]
     names = sorted(set(families.values()))
-    fig = _figure(5.5, 4.5)
+    fig = new_figure(5.5, 4.5)
     ax = fig.add_subplot(1, 1, 1)
     import matplotlib
 

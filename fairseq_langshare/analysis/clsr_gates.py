@@ -21,6 +21,7 @@ import torch
 
 from ..modules.clsr import ClsrUnit
 from ..atomic_files import save_figure_atomic, write_json_atomic
+from .figures import new_figure
 
 KINDS = ("enc.self_attn", "enc.ffn", "dec.self_attn", "dec.cross_attn", "dec.ffn")
 _NAME = re.compile(r"^(enc|dec)(\d+)\.(\w+)$")
@@ -100,13 +101,10 @@ def dedicated_flags(scores: Dict) -> str:
 
 def plot_lsscore(scores: Dict, path: str) -> None:
     """Figure 3: LSScore against depth, one line per sub-layer type."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig = new_figure(6, 3.5)
+    ax = fig.add_subplot(1, 1, 1)
     for kind in KINDS:
         stack, sub = kind.split(".")
         points = sorted((int(_NAME.match(n).group(2)), v) for n, v in scores["lsscore"].items()
@@ -121,29 +119,23 @@ def plot_lsscore(scores: Dict, path: str) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure_atomic(fig, path)
-    plt.close(fig)
 
 
 def plot_heatmap(scores: Dict, languages_by_size: List[str], path: str) -> None:
     """Figure 6: LSScore per sub-layer (rows) and language (columns, largest training data first)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     per_lang = scores["lsscore_per_language"]
     names = scores["sublayers"]
     langs = [l for l in languages_by_size if l in per_lang[names[0]]]
     langs += sorted(set(per_lang[names[0]]) - set(langs))
     matrix = [[per_lang[n][l] for l in langs] for n in names]
-    fig, ax = plt.subplots(figsize=(1 + 0.5 * len(langs), 1 + 0.3 * len(names)))
+    fig = new_figure(1 + 0.5 * len(langs), 1 + 0.3 * len(names))
+    ax = fig.add_subplot(1, 1, 1)
     im = ax.imshow(matrix, cmap="coolwarm", vmin=-1, vmax=1, aspect="auto")
     ax.set_xticks(range(len(langs)), langs, rotation=90, fontsize=7)
     ax.set_yticks(range(len(names)), names, fontsize=7)
     fig.colorbar(im, ax=ax, label="LSScore")
     fig.tight_layout()
     save_figure_atomic(fig, path)
-    plt.close(fig)
 
 
 def _run_gates(args):

@@ -23,6 +23,8 @@ import torch
 from ..languages import decode_inventory
 from ..modules.latent_layers import keep_table
 from ..atomic_files import save_figure_atomic, write_json_atomic
+from .figures import new_figure
+from .saved_config import config_value, trained_codes
 
 __all__ = ["utilisation_from_state", "utilisation_from_logs", "plot_utilisation", "plot_training", "analyze",
            "add_analysis"]
@@ -31,40 +33,25 @@ STACKS = {"encoder": "enc", "decoder": "dec"}
 _SIMPLE = re.compile(r"([A-Za-z_][\w]*)=([-+0-9.eE]+|nan|inf)")
 
 
-def _get(cfg, name, default=None):
-    if cfg is None:
-        return default
-    value = cfg.get(name, default) if hasattr(cfg, "get") else getattr(cfg, name, default)
-    return default if value is None else value
-
-
-def _trained(task_cfg, langs: List[str], side: str) -> List[str]:
-    pairs = _get(task_cfg, "lang_pairs", "")
-    pairs = pairs.split(",") if isinstance(pairs, str) else list(pairs)
-    index = 0 if side == "src" else 1
-    codes = {p.split("-")[index] for p in pairs if "-" in p}
-    return [l for l in langs if l in codes] or list(langs)
-
-
 def utilisation_from_state(state, source: str = "the checkpoint") -> Dict:
     """Per latent stack: languages (those trained on the stack's side), q(z_l = 1) per language
     and layer, kept layers (1-based) under the model's inference rule, expected/kept depths."""
     weights = state["model"]
     cfg = state.get("cfg") or {}
-    model_cfg, task_cfg = _get(cfg, "model"), _get(cfg, "task")
+    model_cfg, task_cfg = config_value(cfg, "model"), config_value(cfg, "task")
     langs = decode_inventory(weights["lang_inventory"]) if "lang_inventory" in weights else []
-    rule = str(_get(model_cfg, "latent_keep", "threshold"))
-    threshold = float(_get(model_cfg, "latent_keep_threshold", 0.5))
+    rule = str(config_value(model_cfg, "latent_keep", "threshold"))
+    threshold = float(config_value(model_cfg, "latent_keep_threshold", 0.5))
     stacks = {}
     for stack in STACKS:
         logits = weights.get(f"{stack}.layer_select.logits")
         if logits is None:
             continue
-        side = str(_get(model_cfg, f"latent_{stack}_lang", "src" if stack == "encoder" else "tgt"))
-        top_k = int(_get(model_cfg, f"latent_{stack}_target_depth", 0)) if rule == "top-k" else 0
+        side = str(config_value(model_cfg, f"latent_{stack}_lang", "src" if stack == "encoder" else "tgt"))
+        top_k = int(config_value(model_cfg, f"latent_{stack}_target_depth", 0)) if rule == "top-k" else 0
         probs = torch.sigmoid(logits.float())
         keep = keep_table(logits, rule, threshold, top_k)
-        codes = _trained(task_cfg, langs, side)
+        codes = trained_codes(task_cfg, langs, side)
         rows = [langs.index(c) for c in codes]
         stacks[stack] = {
             "side": side, "languages": codes, "layers": int(logits.size(1)), "rule": rule,
@@ -115,25 +102,11 @@ def utilisation_from_logs(paths: Sequence, stack: str) -> Dict:
     return {"updates": updates, "utilisation": [by_update[u] for u in updates]}
 
 
-def _figure(width, height):
-    import logging
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    mpl_logger = logging.getLogger("matplotlib")
-    if mpl_logger.getEffectiveLevel() < logging.INFO:  # its font search logs hundreds of DEBUG lines
-        mpl_logger.setLevel(logging.INFO)
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def plot_utilisation(stats: Dict, stack: str, path) -> Path:
     """Figures 5/9: q(z_l = 1) per language (rows) and layer (columns); kept layers are dotted."""
     codes, layers = stats["languages"], stats["layers"]
     matrix = [stats["probabilities"][c] for c in codes]
-    fig = _figure(max(4.0, 0.35 * layers + 2.0), max(2.0, 0.35 * len(codes) + 1.2))
+    fig = new_figure(max(4.0, 0.35 * layers + 2.0), max(2.0, 0.35 * len(codes) + 1.2))
     ax = fig.add_subplot(1, 1, 1)
     image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     for row, code in enumerate(codes):
@@ -154,7 +127,7 @@ def plot_training(history: Dict, stack: str, path) -> Path:
     """Figure 6: expected utilisation u_l (rows: layers) over training updates (columns)."""
     rows = list(map(list, zip(*history["utilisation"])))  # layers x updates
     updates = history["updates"]
-    fig = _figure(6.0, max(2.0, 0.18 * len(rows) + 1.2))
+    fig = new_figure(6.0, max(2.0, 0.18 * len(rows) + 1.2))
     ax = fig.add_subplot(1, 1, 1)
     image = ax.imshow(rows, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", origin="lower",
                       extent=(updates[0] - 0.5, updates[-1] + 0.5, 0.5, len(rows) + 0.5))

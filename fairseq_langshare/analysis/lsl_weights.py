@@ -16,6 +16,7 @@ import torch
 
 from ..modules.language_specific_layer import MIX_KINDS, format_layer_spec
 from ..atomic_files import save_figure_atomic, write_json_atomic
+from .figures import new_figure
 
 __all__ = ["read_mixing_weights", "mixing_weights_from_state_dict", "select_architecture",
            "plot_mixing_weights", "analyze", "add_analysis"]
@@ -64,19 +65,10 @@ def select_architecture(weights: Sequence[Sequence[float]]) -> str:
 def plot_mixing_weights(runs: Sequence[Sequence[Sequence[float]]], path, title: str = "LSL mixing weights") -> Path:
     """Figure 3: one line per branch (shared / source LSL / target LSL) over encoder layers, the
     mean over runs, shaded between the smallest and largest run."""
-    import logging
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    mpl_logger = logging.getLogger("matplotlib")
-    if mpl_logger.getEffectiveLevel() < logging.INFO:  # its font search logs hundreds of DEBUG lines
-        mpl_logger.setLevel(logging.INFO)
     w = torch.tensor(runs, dtype=torch.float64)  # runs x layers x 3
     mean, low, high = w.mean(0), w.min(0).values, w.max(0).values
     layers = list(range(1, w.size(1) + 1))
-    fig = Figure(figsize=(max(4.0, 0.45 * len(layers) + 2), 3.2))
-    FigureCanvasAgg(fig)
+    fig = new_figure(max(4.0, 0.45 * len(layers) + 2), 3.2)
     ax = fig.add_subplot(1, 1, 1)
     labels = {"shared": "shared", "src": "source LSL", "tgt": "target LSL"}
     for k, kind in enumerate(MIX_KINDS):

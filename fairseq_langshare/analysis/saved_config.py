@@ -1,0 +1,25 @@
+"""Reading what a saved checkpoint's config says, for analyses that work from the checkpoint file
+alone (no task, no data): one option, and the languages trained on each side."""
+
+from typing import List
+
+__all__ = ["config_value", "trained_codes"]
+
+
+def config_value(cfg, name, default=None):
+    """``cfg.name`` of a saved config (an omegaconf/dict node or a Namespace); ``default`` when
+    absent or None."""
+    if cfg is None:
+        return default
+    value = cfg.get(name, default) if hasattr(cfg, "get") else getattr(cfg, name, default)
+    return default if value is None else value
+
+
+def trained_codes(task_cfg, langs: List[str], side: str) -> List[str]:
+    """The languages of ``langs`` that are the source (``side`` "src") or target ("tgt") of a
+    training direction in the task's ``lang_pairs``; all of ``langs`` if none is."""
+    pairs = config_value(task_cfg, "lang_pairs", "")
+    pairs = pairs.split(",") if isinstance(pairs, str) else list(pairs)
+    index = 0 if side == "src" else 1
+    codes = {p.split("-")[index] for p in pairs if "-" in p}
+    return [l for l in langs if l in codes] or list(langs)
