@@ -15,7 +15,7 @@ import torch
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
 
-from .routing import LanguageIds, route_by_language
+from .routing import LanguageIds, LastResult, route_by_language
 
 __all__ = ["Adapter", "AdapterBank", "LanguagePairTable", "MissingPairAdapter", "UP_INIT_STD", "SLOT_NAMES"]
 
@@ -79,22 +79,18 @@ class LanguagePairTable(nn.Module):
                                      f"{','.join(self.langs)}; add it to --langs or drop the pair")
             lookup[index[src], index[tgt]] = slot
         self.register_buffer("lookup", lookup, persistent=True)
-        self._last = (None, None, -1, -1, None)  # every layer of a forward call asks for the same ids
+        self._last = LastResult()  # every layer of a forward call asks for the same ids
 
     def slots(self, src: Tensor, tgt: Tensor) -> Tensor:
         """The adapter slot of every sentence (B,); one clear error for a pair without adapter."""
-        cacheable = not (src.is_inference() or tgt.is_inference())  # inference tensors have no version counter
-        if cacheable:
-            last_src, last_tgt, src_version, tgt_version, slots = self._last
-            if last_src is src and last_tgt is tgt and src_version == src._version and tgt_version == tgt._version:
-                return slots
+        return self._last.get((src, tgt, self.lookup), self._slots, src, tgt)
+
+    def _slots(self, src: Tensor, tgt: Tensor) -> Tensor:
         slots = self.lookup[src, tgt]
         missing = slots.lt(0)
         if missing.any():
             row = int(missing.nonzero()[0, 0])
             self.missing(int(src[row]), int(tgt[row]))
-        if cacheable:
-            self._last = (src, tgt, src._version, tgt._version, slots)
         return slots
 
     def slot(self, src_id: int, tgt_id: int) -> int:

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-__all__ = ["route_by_language", "LanguageIds", "LanguageGroupIds", "MissingLanguageIds"]
+__all__ = ["route_by_language", "LanguageIds", "LanguageGroupIds", "MissingLanguageIds", "LastResult"]
 
 
 class MissingLanguageIds(RuntimeError):
@@ -63,29 +63,51 @@ def route_by_language(
     return torch.cat(outs, dim=batch_dim).index_select(batch_dim, inverse)
 
 
-_last_grouping = (None, -1, None)  # (ids tensor, its version, grouping): every layer of a
-# forward call routes by the same ids tensor, so the grouping is computed once per call
+class LastResult:
+    """A one-entry cache of a value computed from tensors. Every layer of a forward call asks
+    about the same ids tensor, so the value is computed once per call. The entry holds while the
+    very same tensor objects come back unchanged (identity and version counter: an in-place
+    change, e.g. a state-dict load into a buffer, invalidates it); inference-mode tensors have no
+    version counter and are never cached."""
+
+    __slots__ = ("_key", "_value")
+
+    def __init__(self):
+        self._key, self._value = (), None
+
+    def get(self, tensors, compute, *args):
+        """The value of ``compute(*args)`` for ``tensors``, cached."""
+        key = self._key
+        if len(key) == len(tensors):
+            for t, (cached, version) in zip(tensors, key):
+                if t is not cached or t._version != version:
+                    break
+            else:
+                return self._value
+        value = compute(*args)
+        if any(t.is_inference() for t in tensors):
+            self._key, self._value = (), None
+        else:
+            self._key, self._value = tuple((t, t._version) for t in tensors), value
+        return value
+
+
+_GROUPING = LastResult()
 
 
 def _grouping(lang_ids: Tensor):
     """(languages present, their row counts, rows sorted by language, inverse permutation)."""
-    global _last_grouping
-    cacheable = not lang_ids.is_inference()  # inference-mode tensors have no version counter
-    if cacheable:
-        cached_ids, version, grouping = _last_grouping
-        if cached_ids is lang_ids and version == lang_ids._version:
-            return grouping
+    return _GROUPING.get((lang_ids,), _compute_grouping, lang_ids)
+
+
+def _compute_grouping(lang_ids: Tensor):
     present, counts = torch.unique(lang_ids, sorted=True, return_counts=True)
     if present.numel() == 1:
-        grouping = ([int(present[0])], [lang_ids.numel()], None, None)
-    else:
-        order = torch.argsort(lang_ids, stable=True)
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(order.numel(), device=order.device)
-        grouping = (present.tolist(), counts.tolist(), order, inverse)
-    if cacheable:
-        _last_grouping = (lang_ids, lang_ids._version, grouping)
-    return grouping
+        return [int(present[0])], [lang_ids.numel()], None, None
+    order = torch.argsort(lang_ids, stable=True)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device=order.device)
+    return present.tolist(), counts.tolist(), order, inverse
 
 
 class LanguageIds:
@@ -148,7 +170,7 @@ class LanguageGroupIds:
     def __init__(self, languages: LanguageIds, table: Callable[[str], Tensor]):
         self.languages = languages
         self.table = table
-        self._last = None  # (ids, its version, table, group ids): every layer of a call maps the same ids
+        self._last = LastResult()  # every layer of a call maps the same ids
 
     def bind(self, *args, **kwargs):
         return self.languages.bind(*args, **kwargs)
@@ -159,17 +181,13 @@ class LanguageGroupIds:
     def get(self, side: str) -> Tensor:
         ids = self.languages.get(side)
         table = self.table(side)
-        cacheable = not ids.is_inference()
-        if cacheable and self._last is not None:
-            last_ids, version, last_table, groups = self._last
-            if last_ids is ids and version == ids._version and last_table is table:
-                return groups
+        return self._last.get((ids, table), self._groups, ids, table)
+
+    @staticmethod
+    def _groups(ids: Tensor, table: Tensor) -> Tensor:
         if ids.numel() and (int(ids.max()) >= table.numel() or int(ids.min()) < 0):
             raise IndexError(
                 f"language id {int(ids.max())} has no group: the group table covers {table.numel()} languages "
                 f"(the --langs inventory the model was built with); decode with the same --langs"
             )
-        groups = table.to(ids.device).index_select(0, ids)
-        if cacheable:
-            self._last = (ids, ids._version, table, groups)
-        return groups
+        return table.to(ids.device).index_select(0, ids)
