@@ -1,13 +1,15 @@
-# Shared by the quality recipes (sourced, not run): the offline gettext corpus (O2M, 8 languages,
-# the demo corpus) and one training/evaluation setting for every model, so runs compare at equal
-# updates. Set UPDATES, OUT and optionally CORPUS before sourcing. Two recipes at once on a small
+# Shared by the quality recipes (sourced, not run): the offline gettext corpus (8 languages; O2M is
+# the demo corpus, DIRECTION=m2o the same languages into English) and one training/evaluation
+# setting for every model, so runs compare at equal updates. Set UPDATES, OUT and optionally
+# DIRECTION and CORPUS before sourcing. Two recipes at once on a small
 # CPU machine: give each OMP_NUM_THREADS=1 (two fairseq-train processes with one intra-op thread per
 # core each oversubscribe the cores and ran 10x slower here).
 UPDATES=${UPDATES:-1500}
-CORPUS=${CORPUS:-demo_run/corpus}
+DIRECTION=${DIRECTION:-o2m}
+if [ "$DIRECTION" = o2m ]; then CORPUS=${CORPUS:-demo_run/corpus}; else CORPUS=${CORPUS:-demo_run/corpus_$DIRECTION}; fi
 PKG=$(pwd)/fairseq_langshare
 
-langshare prepare-gettext --out "$CORPUS" --num-langs 8 --selection spread --direction o2m \
+langshare prepare-gettext --out "$CORPUS" --num-langs 8 --selection spread --direction "$DIRECTION" \
     --vocab-size 8000 --workers 2
 LANGS=$(paste -sd, "$CORPUS/langs.txt")
 PAIRS=$(cat "$CORPUS/lang_pairs.txt")

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Adaptive sparse Transformer quality on the offline gettext corpus at equal updates: the
+# langshare_transformer_small baseline (2+2 layers, 128/512, 4 heads) vs each sparsity type of the
+# paper's Table 1, each with the baseline's active size as in the paper (section 5.2):
+#   attn   4 heads, 3 kept per layer;
+#   ffn    FFN 1024 in 8 blocks, 4 kept (512 active);
+#   layer  the target side (O2M: decoder) or source side (M2O: encoder) has 4 layers, 2 kept;
+#   all    the three together.
+# Each run is evaluated on every test direction with the win ratio against the baseline.
+#   DIRECTION=o2m UPDATES=1500 OUT=runs/adaptive_sparse_o2m bash scripts/adaptive_sparse_quality.sh
+#   DIRECTION=m2o UPDATES=1500 OUT=runs/adaptive_sparse_m2o bash scripts/adaptive_sparse_quality.sh
+# BASELINE_JSON=path reuses a finished baseline evaluation (same corpus, same updates) instead of
+# training one. Re-running skips finished trainings. T-bar is half the run (the model's default).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DIRECTION=${DIRECTION:-o2m}
+OUT=${OUT:-runs/adaptive_sparse_$DIRECTION}
+TYPES=${TYPES:-"attn ffn layer all"}
+source scripts/quality_lib.sh
+
+BASELINE_JSON=${BASELINE_JSON:-}
+if [ -z "$BASELINE_JSON" ]; then
+    train baseline --arch langshare_transformer_small
+    evaluate baseline
+    BASELINE_JSON=$OUT/baseline.json
+fi
+if [ "$DIRECTION" = o2m ]; then DEEP=decoder; SHALLOW=encoder; else DEEP=encoder; SHALLOW=decoder; fi
+ATTN=(--sparse-encoder-keep-heads 3 --sparse-decoder-keep-heads 3)
+FFN=(--encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --sparse-ffn-blocks 8
+     --sparse-encoder-keep-blocks 4 --sparse-decoder-keep-blocks 4)
+LAYER=(--$DEEP-layers 4 --sparse-$DEEP-keep-layers 2 --$SHALLOW-layers 2 --sparse-$SHALLOW-keep-layers 2)
+for TYPE in $TYPES; do
+    case $TYPE in
+        attn) ARGS=(--sparse-types attn --encoder-layers 2 --decoder-layers 2 "${ATTN[@]}") ;;
+        ffn) ARGS=(--sparse-types ffn --encoder-layers 2 --decoder-layers 2 "${FFN[@]}") ;;
+        layer) ARGS=(--sparse-types layer "${LAYER[@]}") ;;
+        all) ARGS=(--sparse-types attn,ffn,layer "${ATTN[@]}" "${FFN[@]}" "${LAYER[@]}") ;;
+        *) echo "unknown sparsity type $TYPE: give TYPES from 'attn ffn layer all'" >&2; exit 2 ;;
+    esac
+    train "sparse_$TYPE" --arch adaptive_sparse_transformer_small "${ARGS[@]}"
+    evaluate "sparse_$TYPE" "$BASELINE_JSON"
+done
+echo "results in $OUT: sparse_*.md (win ratio against $BASELINE_JSON)"
