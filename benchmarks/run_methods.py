@@ -4,7 +4,8 @@ the benchmark corpus of ``run_baseline`` (``benchmarks/.cache/``).
     python -m benchmarks.run_methods [--only clsr-vs-baseline] [--reps N --warmup N ...]
 
 Targets from the issues: CLSR training step time ratio <= 1.35 (i.e. updates/s ratio >= 0.74)
-and decoding tokens/s ratio >= 0.80. The papers' baselines (issue 8: language adapters, one
+and decoding tokens/s ratio >= 0.80; latent depth's pruned inference >= 0.95 of a static model with
+as many layers; adaptive sparse's exported sub-networks >= 0.95 (FFN/layer) and > 1.0 (heads). The papers' baselines (issue 8: language adapters, one
 decoder per target family) have no target: their decoding cost is measured, as the papers report it.
 """
 
@@ -41,6 +42,13 @@ COMPARISONS = [
       "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"],
      [*SPARSE_BASELINE, "--encoder-layers", "2", "--decoder-layers", "2",
       "--encoder-ffn-embed-dim", "256", "--decoder-ffn-embed-dim", "256"]),
+    # latent depth (issue 5): the full model's pruned inference (each language runs its K most
+    # probable of 6 decoder layers, E[L] = K) against a static K-layer model, both pre-norm
+    ("latent-depth-pruned-vs-static",
+     "latent_depth_transformer_small: 2 + 6 latent decoder layers, top 3 run per language (pruned inference)",
+     ["--arch", "latent_depth_transformer_small", "--share-all-embeddings", "--dropout", "0.1",
+      "--latent-decoder-target-depth", "3", "--latent-keep", "top-k", "--latent-tau-anneal-updates", "1000"],
+     [*SPARSE_BASELINE, "--decoder-layers", "3"]),
     ("multidecoder-vs-baseline", "langshare_multistack_transformer_small --multi-decoder tgt-family",
      ["--arch", "langshare_multistack_transformer_small", "--share-all-embeddings", "--dropout", "0.1",
       "--multi-decoder", "tgt-family"]),
