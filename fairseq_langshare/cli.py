@@ -1,7 +1,8 @@
 """The ``langshare`` command: what fairseq has no verb for.
 
 Subcommands parse their flags and call one library function each:
-``prepare-gettext`` (the offline default corpus), ``evaluate`` (BLEU/chrF tables),
+``prepare-gettext`` (the offline default corpus), ``prepare-corpus`` (the papers' corpora),
+``evaluate`` (BLEU/chrF tables), ``recipe`` (the papers' training and evaluation runs),
 ``analyze <method>`` (statistics, the papers' plots, derived architectures) and ``export``
 (one language pair's sub-network as a plain fairseq checkpoint).
 """
@@ -13,8 +14,9 @@ import warnings
 
 from . import analysis, evaluation, export
 from .data import gettext_corpus
+from .recipes import corpora, experiments
 
-SUBCOMMANDS = (gettext_corpus, evaluation, analysis, export)
+SUBCOMMANDS = (gettext_corpus, corpora, evaluation, experiments, analysis, export)
 
 
 def build_parser() -> argparse.ArgumentParser:

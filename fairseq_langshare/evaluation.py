@@ -90,12 +90,16 @@ def win_ratio(results, baseline_results, metric="bleu"):
     return wins / total
 
 
-def spbleu_tokenizer():
-    """(sacrebleu tokenizer name, None) if a flores SentencePiece model is on disk, else (None, why)."""
+def spbleu_tokenizer(preferred="auto"):
+    """(sacrebleu tokenizer name, None) if a flores SentencePiece model is on disk, else (None, why).
+    ``preferred``: "auto" (flores200, else flores101) or one of them (the LSL paper: flores101)."""
     from sacrebleu.tokenizers import tokenizer_spm
 
+    if preferred not in ("auto",) + _SPBLEU_TOKENIZERS:
+        raise EvaluationError(f"unknown spBLEU tokenizer {preferred!r}: pass auto, "
+                              f"{' or '.join(_SPBLEU_TOKENIZERS)}")
     paths = []
-    for name in _SPBLEU_TOKENIZERS:
+    for name in _SPBLEU_TOKENIZERS if preferred == "auto" else (preferred,):
         url = tokenizer_spm.SPM_MODELS[name]["url"]
         path = os.path.join(tokenizer_spm.SACREBLEU_DIR, "models", os.path.basename(url))
         if os.path.isfile(path):
@@ -107,12 +111,25 @@ def spbleu_tokenizer():
     )
 
 
-def score(hypotheses, references, tgt_lang=""):
-    """Corpus BLEU (13a tokenization, zh for Chinese targets), chrF and (when its model is local)
-    spBLEU, each with its sacrebleu signature."""
+def bleu_tokenizer(tgt_lang="", tokenize="auto"):
+    """sacrebleu's BLEU tokenization: "auto" is 13a, zh for Chinese targets; any other value is
+    used for every direction (the CLSR paper's signature: tok.13a throughout)."""
+    if tokenize == "auto":
+        return "zh" if (tgt_lang or "").split("_")[0] == "zh" else "13a"
+    from sacrebleu.metrics.bleu import _TOKENIZERS
+
+    if tokenize not in _TOKENIZERS:
+        raise EvaluationError(f"unknown BLEU tokenization {tokenize!r}: pass auto or one of sacrebleu's "
+                              f"({', '.join(sorted(_TOKENIZERS))})")
+    return tokenize
+
+
+def score(hypotheses, references, tgt_lang="", bleu_tokenize="auto", spbleu_tokenize="auto"):
+    """Corpus BLEU (``bleu_tokenizer``), chrF and (when its model is local) spBLEU, each with its
+    sacrebleu signature."""
     from sacrebleu.metrics import BLEU, CHRF
 
-    bleu = BLEU(tokenize="zh" if (tgt_lang or "").split("_")[0] == "zh" else "13a")
+    bleu = BLEU(tokenize=bleu_tokenizer(tgt_lang, bleu_tokenize))
     chrf = CHRF()
     out = {
         "bleu": bleu.corpus_score(hypotheses, [references]).score,
@@ -122,7 +139,7 @@ def score(hypotheses, references, tgt_lang=""):
         "spbleu": None,
         "spbleu_signature": None,
     }
-    name, _ = spbleu_tokenizer()
+    name, _ = spbleu_tokenizer(spbleu_tokenize)
     if name is not None:
         spbleu = BLEU(tokenize=name)
         out["spbleu"] = spbleu.corpus_score(hypotheses, [references]).score
@@ -209,6 +226,9 @@ def compare_markdown(runs, baseline=None, metrics=("bleu", "chrf")):
     lines = []
     for metric in metrics:
         label = {"bleu": "BLEU", "chrf": "chrF", "spbleu": "spBLEU"}.get(metric, metric)
+        if not any(r.get(metric) is not None for _, res in runs for r in res.get("directions", {}).values()):
+            lines += [f"{label}: not in any of the results (spBLEU needs its model on disk; see evaluate)", ""]
+            continue
         lines += [f"{label}:", "", "| direction | train pairs | group | " + " | ".join(names) + " |",
                   "|---|---:|---|" + "---:|" * len(names)]
         for d, row in first.items():
@@ -400,14 +420,17 @@ def _translate(argv, results_dir, split, expected):
 # ----------------------------------------------------------------------------- evaluate
 def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenpen=1.0, max_tokens=4000,
              batch_size=None, high_threshold=10000, low_threshold=2000, baseline=None,
-             out_json=None, out_md=None, generate_args=()):
+             out_json=None, out_md=None, generate_args=(), bleu_tokenize="auto", spbleu_tokenize="auto",
+             win_metric="bleu"):
     """Translate and score each direction of ``split`` in ``corpus_dir`` with ``checkpoint``.
 
     ``directions``: list (or comma-separated string) of ``src-tgt``; default: every direction the
     checkpoint was trained on that has data in the split (others may be listed, e.g. zero-shot).
     Groups: high >= ``high_threshold`` (10000) training pairs of the non-English language, low <
     ``low_threshold`` (2000), medium in between, zero-shot for untrained directions.
-    ``baseline``: a results JSON path (or dict) to compute the BLEU win ratio against.
+    ``baseline``: a results JSON path (or dict) to compute the win ratio against, on ``win_metric``
+    (bleu, chrf or spbleu). ``bleu_tokenize``/``spbleu_tokenize``: see ``bleu_tokenizer`` and
+    ``spbleu_tokenizer``.
     ``generate_args``: extra fairseq-generate flags. Returns the results dict (also written as JSON
     to ``out_json`` and markdown to ``out_md``)."""
     from tqdm import tqdm
@@ -416,7 +439,13 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         raise EvaluationError(f"checkpoint not found: {checkpoint} (pass the .pt file fairseq-train wrote, "
                               f"e.g. checkpoints/checkpoint_best.pt)")
     checkpoint = os.path.abspath(checkpoint)
-    resource_groups({}, high_threshold, low_threshold)  # validates the thresholds before decoding
+    resource_groups({}, high_threshold, low_threshold)  # validates the options before decoding
+    bleu_tokenizer("", bleu_tokenize)
+    _, spbleu_note = spbleu_tokenizer(spbleu_tokenize)
+    if win_metric not in METRICS:
+        raise EvaluationError(f"unknown win-ratio metric {win_metric!r}: pass one of {', '.join(METRICS)}")
+    if win_metric == "spbleu" and spbleu_note:
+        raise EvaluationError(f"win ratio on spbleu needs the spBLEU model: {spbleu_note}")
     corpus = _Corpus(corpus_dir)
     if isinstance(baseline, (str, os.PathLike)):
         if not os.path.isfile(baseline):
@@ -456,7 +485,7 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
     for d in skipped:
         logger.warning("skipping %s: %s", d, skipped[d])
     if baseline_results is not None:  # fail before decoding, not after
-        _win_stats({"directions": {d: {"bleu": 0.0} for d in directions}}, baseline_results, "bleu")
+        _win_stats({"directions": {d: {win_metric: 0.0} for d in directions}}, baseline_results, win_metric)
 
     sizes = {d: corpus.train_size(*d.split("-")) if d in trained else None for d in directions}
     groups = resource_groups(sizes, high_threshold, low_threshold)
@@ -482,12 +511,12 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
             hyps, n_missing = _translate([corpus.bin, "-s", src, "-t", tgt, "--results-path", out_dir] + flags,
                                          out_dir, split, len(refs))
             rows[d] = {"train_size": sizes[d], "group": groups[d], "supervised": d in trained,
-                       **score(hyps, refs, tgt), "n": len(refs), "n_untranslated": n_missing}
+                       **score(hyps, refs, tgt, bleu_tokenize, spbleu_tokenize), "n": len(refs),
+                       "n_untranslated": n_missing}
             if n_missing:
                 logger.warning("%s: %d of %d sentences produced no hypothesis (too long?); scored as empty",
                                d, n_missing, len(refs))
 
-    _, spbleu_note = spbleu_tokenizer()
     results = {
         "checkpoint": checkpoint, "corpus": corpus.path, "split": split, "beam": beam, "lenpen": lenpen,
         "thresholds": {"high": high_threshold, "low": low_threshold},
@@ -501,8 +530,8 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         "win_ratio": None,
     }
     if baseline_results is not None:
-        wins, total = _win_stats(results, baseline_results, "bleu")
-        results["win_ratio"] = {"baseline": baseline_name, "metric": "bleu", "value": wins / total,
+        wins, total = _win_stats(results, baseline_results, win_metric)
+        results["win_ratio"] = {"baseline": baseline_name, "metric": win_metric, "value": wins / total,
                                 "wins": wins, "directions": total}
     if out_json:
         write_json_atomic(out_json, results)
@@ -519,6 +548,7 @@ def _run(args):
             lenpen=args.lenpen, max_tokens=args.max_tokens, batch_size=args.batch_size,
             high_threshold=args.high_threshold, low_threshold=args.low_threshold, baseline=args.baseline,
             out_json=args.out_json, out_md=args.out_md, generate_args=shlex.split(args.generate_args or ""),
+            bleu_tokenize=args.bleu_tokenize, spbleu_tokenize=args.spbleu_tokenize, win_metric=args.win_metric,
         )
     except (EvaluationError, FileNotFoundError) as e:
         print(f"langshare evaluate: error: {e}", file=sys.stderr)  # one line, exit 2 like `langshare`
@@ -555,7 +585,14 @@ def add_subcommand(subparsers):
                         "than this (medium in between)")
     p.add_argument("--baseline", default=None,
                    help="results JSON of a baseline run (from --out-json): report the win ratio, the share of "
-                        "common directions where this run's BLEU is higher")
+                        "common directions where this run scores higher on --win-metric")
+    p.add_argument("--win-metric", default="bleu", choices=METRICS, help="metric of the win ratio")
+    p.add_argument("--bleu-tokenize", default="auto",
+                   help="sacrebleu BLEU tokenization: auto (13a; zh for Chinese targets) or one used for every "
+                        "direction, e.g. 13a (the CLSR paper's signature)")
+    p.add_argument("--spbleu-tokenize", default="auto", choices=("auto",) + _SPBLEU_TOKENIZERS,
+                   help="spBLEU tokenizer: auto (flores200 if local, else flores101) or one of them "
+                        "(the LSL paper: flores101)")
     p.add_argument("--out-json", default=None, help="write the results as JSON here")
     p.add_argument("--out-md", default=None, help="write the markdown tables here")
     p.add_argument("--generate-args", default="",

@@ -143,6 +143,34 @@ def test_spbleu_with_local_model(tmp_path, monkeypatch):
     assert out["spbleu"] == pytest.approx(100.0) and "tok:flores101" in out["spbleu_signature"]
 
 
+def test_paper_signatures_bleu_tokenization_and_spbleu_choice(tmp_path, monkeypatch):
+    """CLSR scores every direction with tok:13a (Chinese too); LSL's spBLEU is flores101 even when
+    a flores200 model is also on disk."""
+    from sacrebleu.tokenizers import tokenizer_spm
+
+    zh = ["我们 今天 去 公园。"]
+    assert "tok:zh" in score(zh, zh, "zh")["bleu_signature"]
+    assert "tok:13a" in score(zh, zh, "zh", bleu_tokenize="13a")["bleu_signature"]
+    with pytest.raises(evaluation.EvaluationError, match="unknown BLEU tokenization 'moses'"):
+        evaluation.bleu_tokenizer("fr", "moses")
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("flores200", "flores101"):
+        (models / os.path.basename(tokenizer_spm.SPM_MODELS[name]["url"])).write_bytes(b"x")
+    monkeypatch.setattr(tokenizer_spm, "SACREBLEU_DIR", str(tmp_path))
+    assert evaluation.spbleu_tokenizer() == ("flores200", None)
+    assert evaluation.spbleu_tokenizer("flores101") == ("flores101", None)
+    with pytest.raises(evaluation.EvaluationError, match="unknown spBLEU tokenizer"):
+        evaluation.spbleu_tokenizer("flores")
+
+
+def test_compare_leaves_out_a_metric_no_run_has(tmp_path):
+    runs = [("a", {"directions": {"en-fr": {"bleu": 1.0, "spbleu": None, "group": "high"}}}),
+            ("b", {"directions": {"en-fr": {"bleu": 2.0, "spbleu": None, "group": "high"}}})]
+    out = evaluation.compare_markdown(runs, "a", ("bleu", "spbleu"))
+    assert "spBLEU: not in any of the results" in out and "| en-fr |" in out
+
+
 def test_cli_registers_evaluate_with_help_for_every_flag():
     parser = argparse.ArgumentParser(prog="langshare")
     sub = parser.add_subparsers(dest="command")
@@ -341,6 +369,13 @@ def test_evaluate_end_to_end(trained_spm_corpus, tmp_path, no_spm_models):
     assert not again["directions"]["xx-yy"]["supervised"] and again["directions"]["xx-yy"]["n"] == 40
     assert again["directions"]["en-xx"]["bleu"] == pytest.approx(res["directions"]["en-xx"]["bleu"])
     assert again["win_ratio"]["value"] == 0.0 and again["win_ratio"]["directions"] == 1
+    # the LSL paper's win ratio is on chrF: a baseline that only has chrF works with win_metric="chrf"
+    chrf_base = {"directions": {"en-xx": {"chrf": 0.0}}}
+    on_chrf = evaluate(str(checkpoint), str(corpus), directions="en-xx", beam=2, baseline=chrf_base,
+                       win_metric="chrf")
+    assert on_chrf["win_ratio"]["metric"] == "chrf" and on_chrf["win_ratio"]["value"] == 1.0
+    with pytest.raises(evaluation.EvaluationError, match="shares no direction"):
+        evaluate(str(checkpoint), str(corpus), directions="en-xx", beam=2, baseline=chrf_base)  # no BLEU there
 
 
 @pytest.mark.slow

@@ -7,19 +7,17 @@ Layout of the output directory: see ``prepare_gettext``.
 """
 
 import codecs
-import collections
 import hashlib
-import io
-import json
-import logging
 import os
 import re
-import shutil
 import struct
 import sys
 from multiprocessing import Pool
 
 from tqdm import tqdm
+
+from . import corpus_build
+from .corpus_build import sha256 as _sha256, write_lines as _write_lines
 
 PIVOT = "en"
 MAX_CHARS = 300
@@ -190,16 +188,8 @@ def direction_pairs(languages, direction):
 # ----------------------------------------------------------------------------- spm + binarize
 
 
-def _write_lines(path, lines):
-    with open(path, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(line + "\n")
-
-
 def train_spm(tmp, splits, vocab_size):
     """Joint unigram model on capped per-language training text (English counted once)."""
-    import sentencepiece as spm
-
     english, seen = [], set()
     for s in splits.values():
         for en, _ in s["train"]:
@@ -210,59 +200,10 @@ def train_spm(tmp, splits, vocab_size):
     text = english[:SPM_LINES_PER_LANG]
     for s in splits.values():
         text += [xx for _, xx in s["train"][:SPM_LINES_PER_LANG]]
-    tqdm.write(f"training SentencePiece (unigram, {vocab_size} pieces) on {len(text)} lines")
-    model = io.BytesIO()  # in memory: a file-based run records its (temporary) paths in the model
-    spm.set_random_generator_seed(1)
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(text), model_writer=model, vocab_size=vocab_size,
-        model_type="unigram", character_coverage=0.9995, hard_vocab_limit=False,
-        input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
-        num_threads=1)  # the model depends on the thread count; one thread keeps it fixed
-    with open(os.path.join(tmp, "spm.model"), "wb") as f:
-        f.write(model.getvalue())
-    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
-    _write_lines(os.path.join(tmp, "spm.vocab"),
-                 (f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}" for i in range(sp.get_piece_size())))
-    return sp
-
-
-def binarize(tmp, lang_pairs, splits_present, workers):
-    """fairseq-preprocess (mmap) every direction with the joint dictionary bin/dict.txt."""
-    from fairseq import options
-    from fairseq_cli import preprocess
-
-    bin_dir, dict_path = os.path.join(tmp, "bin"), os.path.join(tmp, "bin", "dict.txt")
-    for pair in tqdm(lang_pairs, desc="binarizing", unit="direction"):
-        src, tgt = pair.split("-")
-        argv = ["--source-lang", src, "--target-lang", tgt, "--destdir", bin_dir,
-                "--srcdict", dict_path, "--tgtdict", dict_path, "--dataset-impl", "mmap",
-                "--workers", str(max(1, workers))]
-        for split in SPLITS:
-            if splits_present[pair][split]:
-                argv += [f"--{split}pref", os.path.join(tmp, "spm", f"{split}.{pair}")]
-        args = options.get_preprocessing_parser().parse_args(argv)
-        before = list(preprocess.logger.handlers)
-        level = logging.getLogger().level
-        logging.getLogger().setLevel(logging.WARNING)
-        try:
-            preprocess.main(args)
-        finally:
-            logging.getLogger().setLevel(level)
-            for h in preprocess.logger.handlers[len(before):]:
-                preprocess.logger.removeHandler(h)
-                h.close()
-    os.remove(os.path.join(bin_dir, "preprocess.log"))
+    return corpus_build.train_spm_model(tmp, text, vocab_size)
 
 
 # ----------------------------------------------------------------------------- main entry
-
-
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _config(langs, num_langs, selection, direction, vocab_size, valid_size, test_size,
@@ -337,19 +278,9 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
     cfg = _config(langs, num_langs, selection, direction, vocab_size, valid_size, test_size,
                   max_train_per_lang, min_pairs, locale_dir)
     out_dir = os.path.abspath(out_dir)
-    manifest_path = os.path.join(out_dir, "manifest.json")
-    if os.path.exists(out_dir) and not force:
-        if os.path.exists(manifest_path):
-            with open(manifest_path, encoding="utf-8") as f:
-                old = json.load(f)
-            if old.get("config") == cfg:
-                print(f"already prepared: {out_dir} (same config; pass --force to rebuild)")
-                return old
-            raise ValueError(f"{out_dir} holds a corpus prepared with another config; "
-                             "pass --force to replace it or choose another --out")
-        if os.listdir(out_dir):
-            raise ValueError(f"{out_dir} exists and is not a prepared corpus; "
-                             "pass --force to replace it or choose another --out")
+    old = corpus_build.existing_build(out_dir, cfg, force)
+    if old is not None:
+        return old
 
     loaded = _resolve_languages(cfg, workers)
     languages = list(loaded)
@@ -358,11 +289,7 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
     check_no_leak(splits)
     lang_pairs = direction_pairs(languages, direction)
 
-    tmp = f"{out_dir}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        for d in ("raw", "spm", "bin"):
-            os.makedirs(os.path.join(tmp, d))
+    with corpus_build.building(out_dir) as tmp:
         counts = {s: {} for s in SPLITS}
         present = {}
         for pair in lang_pairs:
@@ -378,28 +305,9 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
                 present[pair][split] = bool(rows)
 
         sp = train_spm(tmp, splits, vocab_size)
-        freq = collections.Counter()
-        for pair in tqdm(lang_pairs, desc="encoding", unit="direction"):
-            for split in SPLITS:
-                for lang in pair.split("-"):
-                    name = f"{split}.{pair}.{lang}"
-                    with open(os.path.join(tmp, "raw", name), encoding="utf-8") as f:
-                        lines = f.read().splitlines()
-                    pieces = sp.encode(lines, out_type=str, num_threads=max(1, workers))
-                    if split == "train":
-                        for p in pieces:
-                            freq.update(p)
-                    _write_lines(os.path.join(tmp, "spm", name), (" ".join(p) for p in pieces))
-        dict_lines = [f"{sp.id_to_piece(i)} {freq[sp.id_to_piece(i)]}"
-                      for i in range(sp.get_piece_size())
-                      if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))]
-        _write_lines(os.path.join(tmp, "bin", "dict.txt"), dict_lines)
-        binarize(tmp, lang_pairs, present, workers)
+        corpus_build.encode_and_dict(tmp, sp, lang_pairs, workers)
+        corpus_build.binarize(tmp, lang_pairs, present, workers)
         all_langs = [PIVOT] + languages
-        for lang in all_langs:
-            shutil.copyfile(os.path.join(tmp, "bin", "dict.txt"),
-                            os.path.join(tmp, "bin", f"dict.{lang}.txt"))
-
         manifest = {
             "version": 1, "pivot": PIVOT, "languages": languages, "langs": all_langs,
             "lang_pairs": lang_pairs, "direction": direction, "counts": counts,
@@ -412,20 +320,7 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
             "config": cfg, "spm_model": "spm.model", "vocab_size": sp.get_piece_size(),
             "dict": "bin/dict.txt", "data_bin": "bin",
         }
-        _write_lines(os.path.join(tmp, "langs.txt"), all_langs)
-        _write_lines(os.path.join(tmp, "lang_pairs.txt"), [",".join(lang_pairs)])
-        with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1, ensure_ascii=False)
-            f.write("\n")
-
-        old = f"{out_dir}.old-{os.getpid()}"
-        if os.path.exists(out_dir):
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        corpus_build.finish(tmp, manifest, all_langs, lang_pairs)
     return manifest
 
 

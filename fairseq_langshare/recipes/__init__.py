@@ -1,0 +1,2 @@
+"""The papers' recipes: data (``corpora``: ``langshare prepare-corpus``) and training and
+evaluation (``experiments``: ``langshare recipe``)."""
