@@ -5,7 +5,9 @@
 #   attn   4 heads, 3 kept per layer;
 #   ffn    FFN 1024 in 8 blocks, 4 kept (512 active);
 #   layer  the target side (O2M: decoder) or source side (M2O: encoder) has 4 layers, 2 kept;
-#   all    the three together.
+#   all    the three together;
+#   prenorm  no sparsity: the baseline with pre-norm layers, as the sparse models have (Eq. 7), to
+#            tell the sparsity's effect from the layer-norm placement's.
 # Each run is evaluated on every test direction with the win ratio against the baseline.
 #   DIRECTION=o2m UPDATES=1500 OUT=runs/adaptive_sparse_o2m bash scripts/adaptive_sparse_quality.sh
 #   DIRECTION=m2o UPDATES=1500 OUT=runs/adaptive_sparse_m2o bash scripts/adaptive_sparse_quality.sh
@@ -16,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 DIRECTION=${DIRECTION:-o2m}
 OUT=${OUT:-runs/adaptive_sparse_$DIRECTION}
-TYPES=${TYPES:-"attn ffn layer all"}
+TYPES=${TYPES:-"attn ffn layer all prenorm"}
 source scripts/quality_lib.sh
 
 BASELINE_JSON=${BASELINE_JSON:-}
@@ -36,9 +38,13 @@ for TYPE in $TYPES; do
         ffn) ARGS=(--sparse-types ffn --encoder-layers 2 --decoder-layers 2 "${FFN[@]}") ;;
         layer) ARGS=(--sparse-types layer "${LAYER[@]}") ;;
         all) ARGS=(--sparse-types attn,ffn,layer "${ATTN[@]}" "${FFN[@]}" "${LAYER[@]}") ;;
-        *) echo "unknown sparsity type $TYPE: give TYPES from 'attn ffn layer all'" >&2; exit 2 ;;
+        prenorm)
+            train baseline_prenorm --arch langshare_transformer_small --encoder-normalize-before --decoder-normalize-before
+            evaluate baseline_prenorm "$BASELINE_JSON"
+            continue ;;
+        *) echo "unknown sparsity type $TYPE: give TYPES from 'attn ffn layer all prenorm'" >&2; exit 2 ;;
     esac
     train "sparse_$TYPE" --arch adaptive_sparse_transformer_small "${ARGS[@]}"
     evaluate "sparse_$TYPE" "$BASELINE_JSON"
 done
-echo "results in $OUT: sparse_*.md (win ratio against $BASELINE_JSON)"
+echo "results in $OUT: sparse_*.md, baseline_prenorm.md (win ratio against $BASELINE_JSON)"
