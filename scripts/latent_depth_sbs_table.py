@@ -16,11 +16,21 @@ IMPLS = (("reference", "reference (fairseq examples/latent_depth)"), ("ours", "l
 
 
 def records(log, kind):
+    """The JSON records of a ``--log-format json --log-file`` log: ``train_inner`` (per-update
+    averages: ``loss``, ``wps``, ...) or ``valid`` (``valid_loss``, ...)."""
     out = []
     with open(log, encoding="utf-8") as f:
         for line in f:
-            if f"| {kind} |" in line and "{" in line:
-                out.append(json.loads(line[line.index("{"):]))
+            start = line.find('{"')
+            if start < 0:
+                continue
+            try:
+                record = json.loads(line[start:])
+            except ValueError:  # not a metrics record (e.g. a printed config)
+                continue
+            if (kind == "valid" and "valid_loss" in record) or (kind == "train_inner" and "wps" in record
+                                                                 and "loss" in record):
+                out.append(record)
     return out
 
 
