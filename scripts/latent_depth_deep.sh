@@ -23,15 +23,15 @@ if [ ! -e "$OUT/finished-$UPDATES" ]; then
     grep -q "done training" "$OUT/train.log" && touch "$OUT/finished-$UPDATES"
 fi
 python - "$OUT/train.log" <<'PY'
-import json, math, sys
-rows = [json.loads(l[l.index("{"):]) for l in open(sys.argv[1]) if "| train_inner |" in l]
-valid = [json.loads(l[l.index("{"):]) for l in open(sys.argv[1]) if "| valid |" in l]
-print("update  loss   nll    gnorm  E[depth]")
+import math, sys
+sys.path.insert(0, "scripts")
+from latent_depth_sbs_table import records
+rows, valid = records(sys.argv[1], "train_inner"), records(sys.argv[1], "valid")
+print("update   loss    nll  gnorm  E[depth]")
 for r in rows:
-    print(f"{int(r['num_updates']):6d}  {float(r['loss']):.3f} {float(r['nll_loss']):.3f}  {float(r['gnorm']):6.3f}"
+    print(f"{int(r['num_updates']):6d} {float(r['loss']):6.3f} {float(r['nll_loss']):6.3f} {float(r['gnorm']):6.3f}"
           f"  {float(r.get('stat_dec_depth', 'nan')):.2f}")
 losses = [float(r["loss"]) for r in rows]
-finite = all(math.isfinite(x) for x in losses)
-print(f"finite: {finite}; loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
-      f"valid nll {float(valid[-1]['valid_nll_loss']):.3f}" if valid else "no validation record")
+print(f"finite: {all(math.isfinite(x) for x in losses)}; loss {losses[0]:.3f} -> {losses[-1]:.3f}"
+      + (f"; valid nll {float(valid[-1]['valid_nll_loss']):.3f}" if valid else "; no validation record"))
 PY
