@@ -67,6 +67,7 @@ class Settings:
     decode_batch_size: int = 64
     beam: int = 4
     decode_len: Union[str, int] = "auto"  # "auto": median reference length; an int; "free"
+    decode_direction: Optional[str] = None  # "SRC-TGT": decode only that direction (fairseq-generate -s -t); None: all
     threads: int = 1
     seed: int = 1
     memory_reps: int = 2                # fresh-process peak-RSS probes per config and phase; 0: skip
@@ -182,8 +183,15 @@ def fixed_decode_sentences(task, settings):
     orders them) and, for the first ``decode_single_sentences`` in random order, one at a time."""
     task.load_dataset(settings.decode_split, epoch=1)
     ds = task.dataset(settings.decode_split)
+    candidates = list(range(len(ds)))
+    if settings.decode_direction:
+        candidates = [i for i in candidates if f"{ds[i]['src_lang']}-{ds[i]['tgt_lang']}" == settings.decode_direction]
+        if not candidates:
+            raise ValueError(f"no {settings.decode_split} sentence of direction {settings.decode_direction}: "
+                             f"pass one of the benchmark's --lang-pairs")
     rng = np.random.RandomState(settings.seed)
-    picked = [int(i) for i in rng.choice(len(ds), min(settings.decode_sentences, len(ds)), replace=False)]
+    picked = [candidates[int(i)] for i in rng.choice(len(candidates), min(settings.decode_sentences, len(candidates)),
+                                                     replace=False)]
     single = [ds.collater([ds[i]]) for i in picked[:settings.decode_single_sentences]]
     ordered = sorted(picked, key=lambda i: (int(ds.num_tokens(i)), i))
     size = settings.decode_batch_size

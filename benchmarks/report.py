@@ -87,7 +87,7 @@ def build_result(bench, samples, params, losses, load_before, elapsed) -> dict:
             "train_split": s.train_split, "train_batches": len(bench.train_batches),
             "train_sentences": sum(int(b["nsentences"]) for b in bench.train_batches),
             "train_target_tokens": sum(int(b["ntokens"]) for b in bench.train_batches),
-            "max_tokens": s.max_tokens, "decode_split": s.decode_split,
+            "max_tokens": s.max_tokens, "decode_split": s.decode_split, "decode_direction": s.decode_direction,
             "decode_sentences": sum(int(b["nsentences"]) for b in bench.batched),
             "decode_single_sentences": len(bench.single), "decode_batch_size": s.decode_batch_size,
             "decode_batches": len(bench.batched), "beam": s.beam,
@@ -147,7 +147,8 @@ def markdown(result) -> str:
         f"- data: `{d['path']}`, langs {','.join(d['langs'])}, pairs {','.join(d['lang_pairs'])}; training: "
         f"{d['train_batches']} fixed batches of `--max-tokens {d['max_tokens']}` from `{d['train_split']}` "
         f"({d['train_sentences']} sentences, {d['train_target_tokens']} target tokens) per repetition; decoding: "
-        f"beam {d['beam']}, {d['decode_sentences']} `{d['decode_split']}` sentences in {d['decode_batches']} "
+        f"beam {d['beam']}, {d['decode_sentences']} `{d['decode_split']}` sentences"
+        f"{' of ' + d['decode_direction'] + ' only' if d.get('decode_direction') else ''} in {d['decode_batches']} "
         f"length-sorted batches of {d['decode_batch_size']}, the first {d['decode_single_sentences']} of them "
         f"also one at a time; {decode_len}")
     mem = (f"; memory: {p['memory_reps']} fresh-process probe(s) per configuration and phase "

@@ -44,6 +44,9 @@ def add_measurement_args(parser):
     g.add_argument("--decode-batch-size", type=int, default=d.decode_batch_size,
                    help="sentences per large decoding batch (default %(default)s)")
     g.add_argument("--beam", type=int, default=d.beam, help="beam size (default %(default)s)")
+    g.add_argument("--decode-direction", default=d.decode_direction,
+                   help="SRC-TGT: decode only that direction, as fairseq-generate -s -t does (default: every "
+                        "direction, mixed in the batches)")
     g.add_argument("--decode-len", default=d.decode_len,
                    help="hypothesis length incl. EOS: 'auto' forces the median reference length, an integer forces "
                         "that length, 'free' lets each model stop (default %(default)s)")
@@ -70,7 +73,8 @@ def settings_from_args(args, name, data, langs, lang_pairs, a, b, a_label="A", b
         train_args=shlex.split(args.train_args), reps=args.reps, warmup=args.warmup, max_tokens=args.max_tokens,
         train_batches=args.train_batches, decode_split=args.decode_split, decode_sentences=args.decode_sentences,
         decode_single_sentences=args.decode_single_sentences, decode_batch_size=args.decode_batch_size,
-        beam=args.beam, decode_len=args.decode_len, threads=args.threads, seed=args.seed,
+        beam=args.beam, decode_len=args.decode_len, decode_direction=args.decode_direction,
+        threads=args.threads, seed=args.seed,
         memory_reps=args.memory_reps,
     )
 

@@ -11,6 +11,7 @@
 """
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -47,7 +48,8 @@ def corpus_dir():
 
 
 def run_comparisons(argv, prog, description, comparisons) -> int:
-    """Parse the measurement flags and run ``comparisons`` [(name, A label, A, B label, B)]."""
+    """Parse the measurement flags and run ``comparisons`` [(name, A label, A, B label, B[, settings])];
+    the optional dict sets ``Settings`` fields of that comparison."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--only", choices=[c[0] for c in comparisons], help="run one comparison only")
@@ -58,10 +60,11 @@ def run_comparisons(argv, prog, description, comparisons) -> int:
     from .run import read_corpus
 
     data, langs, pairs = read_corpus(corpus_dir())
-    for name, a_label, a, b_label, b in comparisons:
+    for name, a_label, a, b_label, b, *overrides in comparisons:
         if args.only and name != args.only:
             continue
         settings = settings_from_args(args, name, data, langs, pairs, a, b, a_label, b_label)
+        settings = dataclasses.replace(settings, **(overrides[0] if overrides else {}))
         result = run_comparison(settings, out_json=os.path.join(args.results_dir, f"{name}.json"),
                                 markdown=None if args.no_append else args.doc)
         sys.stdout.write("\n" + markdown(result))

@@ -120,3 +120,21 @@ def test_every_shipped_comparison_trains_and_decodes(corpus, tmp_path, name, a, 
             assert harness.decode_batch(bench.task, bench.generators[key], bench.models[key], bench.single[0]) > 0
     finally:
         bench.close()
+
+
+def test_decode_direction_decodes_only_that_direction(corpus):
+    """`--decode-direction en-yy` (as fairseq-generate -s en -t yy) picks only en-yy sentences;
+    a direction without sentences is a one-line error."""
+    base = dict(name="dir", data=str(corpus["bin"]), langs=list(corpus["langs"]), lang_pairs=list(corpus["pairs"]),
+                a=A, b=A, reps=0, max_tokens=512, train_batches=1, decode_sentences=8, decode_single_sentences=2,
+                decode_batch_size=4, memory_reps=0, decode_len=3)
+    bench = harness.Benchmark(harness.Settings(**base, decode_direction="en-yy"))
+    try:
+        yy = corpus["langs"].index("yy")  # language ids follow --langs
+        for batch in bench.single + bench.batched:
+            assert set(batch["net_input"]["tgt_lang_id"].tolist()) == {yy}
+        assert sum(int(b["nsentences"]) for b in bench.batched) == 8
+    finally:
+        bench.close()
+    with pytest.raises(ValueError, match="no valid sentence of direction xx-yy"):
+        harness.Benchmark(harness.Settings(**base, decode_direction="xx-yy"))
