@@ -19,8 +19,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-__all__ = ["route_by_language", "single_language", "LanguageIds", "LanguageGroupIds", "MissingLanguageIds",
-           "LastResult"]
+__all__ = ["route_by_language", "LanguageIds", "LanguageGroupIds", "MissingLanguageIds", "LastResult"]
 
 
 class MissingLanguageIds(RuntimeError):
@@ -62,13 +61,6 @@ def route_by_language(
         outs.append(fn(lang, xs.narrow(batch_dim, start, n), m))
         start += n
     return torch.cat(outs, dim=batch_dim).index_select(batch_dim, inverse)
-
-
-def single_language(lang_ids: Tensor) -> Optional[int]:
-    """The language id when every sentence of ``lang_ids`` (B,) has the same one, else None
-    (computed once per forward call, with ``route_by_language``'s grouping)."""
-    langs = _grouping(lang_ids)[0]
-    return langs[0] if len(langs) == 1 else None
 
 
 class LastResult:
