@@ -20,13 +20,17 @@ SAFEGEN='import argparse, runpy, sys, torch; torch.serialization.add_safe_global
 for T in $(tr ',' '\n' <<< "$PAIRS" | cut -d- -f2); do
     GEN=(--gen-subset test --beam 5 --max-tokens 4096 --remove-bpe sentencepiece --scoring sacrebleu --cpu
          --num-workers 0 --seed "$SEED" -s en -t "$T" --decoder-langtok)
-    [ -s "$OUT/reference_s$SEED.en-$T.gen" ] || python -c "$SAFEGEN" "$CORPUS/bin" --user-dir "$REF" \
-        --task multilingual_translation_latent_depth --decoder-latent-layer --lang-pairs "$PAIRS" \
-        --path "$OUT/reference_s$SEED/checkpoint_last.pt" "${GEN[@]}" > "$OUT/reference_s$SEED.en-$T.gen.tmp" \
-        && mv "$OUT/reference_s$SEED.en-$T.gen.tmp" "$OUT/reference_s$SEED.en-$T.gen"
-    [ -s "$OUT/ours_s$SEED.en-$T.gen" ] || fairseq-generate "$CORPUS/bin" --user-dir "$PKG" \
-        --task multilingual_langshare --langs "$LANGS" --lang-pairs "$PAIRS" \
-        --path "$OUT/ours_s$SEED/checkpoint_last.pt" "${GEN[@]}" > "$OUT/ours_s$SEED.en-$T.gen.tmp" \
-        && mv "$OUT/ours_s$SEED.en-$T.gen.tmp" "$OUT/ours_s$SEED.en-$T.gen"
+    if [ ! -s "$OUT/reference_s$SEED.en-$T.gen" ]; then
+        python -c "$SAFEGEN" "$CORPUS/bin" --user-dir "$REF" --task multilingual_translation_latent_depth \
+            --decoder-latent-layer --lang-pairs "$PAIRS" --path "$OUT/reference_s$SEED/checkpoint_last.pt" \
+            "${GEN[@]}" > "$OUT/reference_s$SEED.en-$T.gen.tmp"
+        mv "$OUT/reference_s$SEED.en-$T.gen.tmp" "$OUT/reference_s$SEED.en-$T.gen"
+    fi
+    if [ ! -s "$OUT/ours_s$SEED.en-$T.gen" ]; then
+        fairseq-generate "$CORPUS/bin" --user-dir "$PKG" --task multilingual_langshare --langs "$LANGS" \
+            --lang-pairs "$PAIRS" --path "$OUT/ours_s$SEED/checkpoint_last.pt" "${GEN[@]}" \
+            > "$OUT/ours_s$SEED.en-$T.gen.tmp"
+        mv "$OUT/ours_s$SEED.en-$T.gen.tmp" "$OUT/ours_s$SEED.en-$T.gen"
+    fi
 done
 tail -n 1 "$OUT"/*_s"$SEED".en-*.gen
