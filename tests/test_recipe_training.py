@@ -4,9 +4,11 @@ prints the papers' real-size settings and runs nothing, checkpoint averaging is 
 recipes train a few updates with ``--tiny`` and are evaluated (zero-shot rows included) on a small
 prepared corpus.
 
-The corpus: a gettext corpus (en <-> fr, de, ja, 300 training pairs each) plus a fr-de zero-shot
-test set. To run against another prepared corpus (e.g. a tiny mirror of a paper's corpus), set
-``LANGSHARE_RECIPE_TEST_CORPUS=DIR``. ``LANGSHARE_ALL_RECIPES=1`` trains every paper x experiment x
+The corpora: each recipe trains on a tiny corpus of its paper's corpus, prepared by
+``langshare prepare-corpus`` from a tiny mirror of the real releases' layout built in the test
+(tests/recipe_mirrors.py), so the chain mirror -> data recipe -> training recipe -> evaluation runs
+end to end. ``LANGSHARE_RECIPE_TEST_CORPUS=gettext`` uses one gettext corpus (en <-> fr, de, ja,
+300 training pairs each, plus a fr-de zero-shot test set) instead; ``=DIR`` a prepared corpus. ``LANGSHARE_ALL_RECIPES=1`` trains every paper x experiment x
 method instead of the covering set (every method of every paper, every experiment).
 """
 
@@ -78,9 +80,10 @@ def gettext_corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def corpus_for(request, tmp_path_factory):
     """corpus_for(name) -> the prepared corpus the recipes of corpus ``name`` train on in this test.
-    Default: one gettext corpus for all. LANGSHARE_RECIPE_TEST_CORPUS=mirrors: a tiny corpus of each
-    paper corpus prepared from its tiny mirror (tests/recipe_mirrors.py); =DIR: that corpus."""
-    choice = os.environ.get("LANGSHARE_RECIPE_TEST_CORPUS", "")
+    Default (LANGSHARE_RECIPE_TEST_CORPUS unset or "mirrors"): a tiny corpus of each paper corpus
+    prepared from its tiny mirror (tests/recipe_mirrors.py); "gettext": one gettext corpus for all;
+    a directory: that corpus."""
+    choice = os.environ.get("LANGSHARE_RECIPE_TEST_CORPUS", "mirrors")
     if choice == "mirrors":
         from recipe_mirrors import prepare_tiny
 
@@ -91,7 +94,7 @@ def corpus_for(request, tmp_path_factory):
                 made[name] = Path(prepare_tiny(name, root))
             return made[name]
         return prepared
-    if choice:
+    if choice != "gettext":
         return lambda name: Path(choice)
     corpus = request.getfixturevalue("gettext_corpus")
     return lambda name: corpus
