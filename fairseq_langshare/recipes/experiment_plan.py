@@ -270,8 +270,7 @@ def evaluate_command(kwargs: dict) -> List[str]:
            "--beam", str(kwargs["beam"]), "--lenpen", str(kwargs["lenpen"]),
            "--high-threshold", str(kwargs["high_threshold"]), "--low-threshold", str(kwargs["low_threshold"])]
     for option in ("bleu_tokenize", "spbleu_tokenize", "win_metric"):
-        if kwargs[option] != {"win_metric": "bleu"}.get(option, "auto"):
-            cmd += ["--" + option.replace("_", "-"), kwargs[option]]
+        cmd += ["--" + option.replace("_", "-"), kwargs[option]]
     if kwargs["directions"]:
         cmd += ["--directions", ",".join(kwargs["directions"])]
     if kwargs["baseline"]:
