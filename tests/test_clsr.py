@@ -252,3 +252,65 @@ def test_training_without_a_noise_horizon_is_a_clear_error(corpus):
         model(**collate(task, [0, 1])["net_input"])
     model.eval()
     model(**collate(task, [0, 1])["net_input"])  # decoding needs no schedule
+
+
+def test_budget_is_summed_in_fp32_past_the_half_range(corpus):
+    """--fp16 trains a half model. 10 units x 14,000 tokens at gate 0.5 are 70,000 open gates,
+    past half's largest value (65,504): summed in half the total is inf, and |inf - p| pushes
+    every gate closed whatever the real ratio. The budget is accumulated in fp32."""
+    _, model = build(corpus, "--clsr-budget", "0.9")
+    model.half().train()
+    model.set_num_updates(0)  # alpha(0) = 0: each gate is sigmoid(G)
+    for u in units(model):
+        torch.nn.init.zeros_(u.gate.w2)  # G = 0: every gate is 0.5
+        u.arm(torch.randn(14_000, 1, 32).half())
+    losses, stats = model.auxiliary_outputs()
+    value, _ = losses["budget"]
+    assert value.dtype == torch.float32 and torch.isfinite(value)
+    assert value.item() == pytest.approx(0.4, abs=1e-3) and stats["gate_open"] == pytest.approx(0.5, abs=1e-3)
+    value.backward()  # ratio 0.5 < p = 0.9: the budget opens gates (dG/dw2 = relu(h) >= 0)
+    grads = torch.stack([u.gate.w2.grad.float() for u in units(model)])
+    assert torch.isfinite(grads).all() and (grads <= 0).all() and (grads < 0).any()
+
+
+def test_budget_is_a_training_loss_only(clsr):
+    """The authors add Eq. 6 in training only: validation loss (checkpoint_best, patience) is
+    the cross entropy; the budget term is still logged."""
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    from fairseq_langshare.criterions.langshare_label_smoothed_cross_entropy import (
+        LangshareLabelSmoothedCrossEntropy,
+    )
+
+    task, model = clsr
+    batch = collate(task, mixed_indices(task))
+    ours, ref = LangshareLabelSmoothedCrossEntropy(task, False, 0.1), LabelSmoothedCrossEntropyCriterion(task, False, 0.1)
+    model.set_num_updates(0)  # alpha(0) = 0, no dropout: train-mode forwards are deterministic
+    try:
+        for training in (False, True):
+            model.train(training)
+            with torch.no_grad():
+                loss, sample_size, log = ours(model, batch)
+                ce, _, _ = ref(model, batch)
+                model.auxiliary_outputs()
+            assert log["aux_budget"] > 0  # logged in both modes
+            expected = ce + log["aux_budget"] if training else ce  # weight 1, logged as value * sample_size
+            torch.testing.assert_close(loss, expected)
+    finally:
+        model.eval()
+
+
+def test_dedicated_chooses_among_the_bottom_and_top_layers_as_the_paper():
+    """Tables 4-5: Dedicated makes LS the sub-layers with LSScore > 0 of the bottom and top layer
+    of each stack; the any-depth rule (every sub-layer with LSScore > 0) is an option."""
+    from fairseq_langshare.analysis.clsr_gates import dedicated_flags
+
+    names = [f"enc{l}.{k}" for l in (1, 2, 3) for k in ("self_attn", "ffn")] + \
+            [f"dec{l}.{k}" for l in (1, 2, 3) for k in ("self_attn", "cross_attn", "ffn")]
+    positive = {"enc1.ffn", "enc2.self_attn", "enc3.self_attn", "dec2.ffn", "dec3.cross_attn"}
+    scores = {"sublayers": names, "lsscore": {n: 0.2 if n in positive else -0.1 for n in names}}
+    flags = "--arch clsr_transformer --clsr-variant dedicated --clsr-dedicated "
+    assert dedicated_flags(scores) == flags + "enc1.ffn,enc3.self_attn,dec3.cross_attn"
+    assert dedicated_flags(scores, rule="any-depth") == flags + "enc1.ffn,enc2.self_attn,enc3.self_attn,dec2.ffn,dec3.cross_attn"
+    with pytest.raises(ValueError, match="top-bottom or any-depth"):
+        dedicated_flags(scores, rule="middle")

@@ -7,8 +7,9 @@ every direction of a split and writes the mean gate per sub-layer and language
 ``langshare analyze clsr-lsscore RUN.json ... --out DIR``: over runs trained with different
 budgets p, LSScore_f(l) = 1/|P| sum_p (g~^p_{l,f} - p) (Eq. 7); draws Figure 3 (LSScore per
 sub-layer type and depth) and Figure 6 (LSScore per sub-layer and language, languages ranked
-by training size), and prints the Dedicated configuration (sub-layers with LSScore > 0) as
-the exact flags that train it.
+by training size), and prints the Dedicated configuration (the bottom and top layers'
+sub-layers with LSScore > 0, Tables 4-5; ``--dedicated-rule any-depth``: every sub-layer with
+LSScore > 0) as the exact flags that train it.
 """
 
 import json
@@ -24,6 +25,7 @@ from ..atomic_files import save_figure_atomic, write_json_atomic
 from .figures import new_figure
 
 KINDS = ("enc.self_attn", "enc.ffn", "dec.self_attn", "dec.cross_attn", "dec.ffn")
+DEDICATED_RULES = ("top-bottom", "any-depth")
 _NAME = re.compile(r"^(enc|dec)(\d+)\.(\w+)$")
 
 
@@ -91,11 +93,19 @@ def lsscore(runs: Sequence[Dict]) -> Dict:
     return {"budgets": budgets, "sublayers": names, "lsscore": score, "lsscore_per_language": per_lang}
 
 
-def dedicated_flags(scores: Dict) -> str:
-    """The Dedicated model: LS projections fixed on the sub-layers with LSScore > 0."""
-    chosen = [n for n in scores["sublayers"] if scores["lsscore"][n] > 0]
+def dedicated_flags(scores: Dict, rule: str = "top-bottom") -> str:
+    """The Dedicated model: LS projections fixed on the sub-layers with LSScore > 0 among the
+    candidates of ``rule``: ``top-bottom`` (the paper, Tables 4-5) the sub-layers of the bottom
+    and top layer of each stack; ``any-depth`` every sub-layer."""
+    if rule not in DEDICATED_RULES:
+        raise ValueError(f"Dedicated rule {rule!r}: use top-bottom or any-depth")
+    place = {n: (stack, int(layer)) for n in scores["sublayers"] for stack, layer, _ in [_NAME.match(n).groups()]}
+    depth = {stack: max(layer for s, layer in place.values() if s == stack) for stack, _ in place.values()}
+    chosen = [n for n, (stack, layer) in place.items() if scores["lsscore"][n] > 0
+              and (rule == "any-depth" or layer in (1, depth[stack]))]
     if not chosen:
-        return "# no sub-layer has LSScore > 0: the shared model (--clsr-variant shared) is the dedicated one"
+        return (f"# no {'' if rule == 'any-depth' else 'bottom or top layer '}sub-layer has LSScore > 0: "
+                "the shared model (--clsr-variant shared) is the dedicated one")
     return f"--arch clsr_transformer --clsr-variant dedicated --clsr-dedicated {','.join(chosen)}"
 
 
@@ -160,12 +170,14 @@ def _run_lsscore(args):
         with open(args.manifest, encoding="utf-8") as f:
             order = json.load(f).get("languages", [])
     os.makedirs(args.out, exist_ok=True)
-    write_json_atomic(os.path.join(args.out, "lsscore.json"), {**scores, "dedicated": dedicated_flags(scores)})
+    dedicated = dedicated_flags(scores, args.dedicated_rule)
+    write_json_atomic(os.path.join(args.out, "lsscore.json"),
+                      {**scores, "dedicated": dedicated, "dedicated_rule": args.dedicated_rule})
     plot_lsscore(scores, os.path.join(args.out, "lsscore.png"))
     plot_heatmap(scores, order, os.path.join(args.out, "lsscore_heatmap.png"))
     for name in scores["sublayers"]:
         print(f"  {name:<16} {scores['lsscore'][name]:+.3f}")
-    print(dedicated_flags(scores))
+    print(dedicated)
     return 0
 
 
@@ -180,5 +192,8 @@ def add_analysis(methods) -> None:
     p = methods.add_parser("clsr-lsscore", help="CLSR: LSScore over budgets (Eq. 7), Figures 3 and 6, the Dedicated flags")
     p.add_argument("runs", nargs="+", help="gates.json files of `analyze clsr`, one per budget p")
     p.add_argument("--manifest", default=None, help="corpus manifest.json: ranks languages by training size in Figure 6")
+    p.add_argument("--dedicated-rule", choices=DEDICATED_RULES, default="top-bottom",
+                   help="sub-layers Dedicated chooses from (LSScore > 0): top-bottom = those of the bottom and top "
+                        "layer of each stack (the paper, Tables 4-5); any-depth = every sub-layer")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=_run_lsscore)

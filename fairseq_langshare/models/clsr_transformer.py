@@ -266,14 +266,17 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         return [m for m in self.modules() if isinstance(m, ClsrUnit)]
 
     def auxiliary_outputs(self):
-        """Eq. 6: |sum of gates / number of gate decisions - p| over the batch, all learned units."""
+        """Eq. 6: |sum of gates / number of gate decisions - p| over the batch, all learned units,
+        summed in fp32. A training loss only (as the authors): in eval mode (validation) it is
+        logged with weight 0."""
         cfg = self.cfg
         learned = [u for u in self.clsr_units() if u.mode in ("learned", "soft") and u.last_gate_sum is not None]
         if learned:
             total = sum(u.last_gate_sum for u in learned)
             count = sum(u.last_token_count for u in learned)
             ratio = total / max(count, 1)
-            self.report_loss("budget", (ratio - cfg.clsr_budget).abs(), cfg.clsr_budget_weight)
+            weight = cfg.clsr_budget_weight if self.training else 0.0
+            self.report_loss("budget", (ratio - cfg.clsr_budget).abs(), weight)
             self.report_stat("gate_open", ratio)
             for stack in ("enc", "dec"):
                 part = [u for u in learned if u.name.startswith(stack)]

@@ -97,13 +97,15 @@ class ClsrUnit(nn.Module, ScheduledModule):
 
     @property
     def last_gate_sum(self) -> Optional[Tensor]:
-        """Sum of the last forward's gates over non-pad tokens (Eq. 6 numerator); None if reset."""
+        """Sum of the last forward's gates over non-pad tokens (Eq. 6 numerator), in fp32 whatever
+        the model's dtype (a half sum overflows past 65,504 open gates); None if reset."""
         if self._call["last"] is None:
             return None
         gates, mask = self._call["last"]
         gates = gates.squeeze(-1)
-        gates = gates.to(torch.get_default_dtype()) if gates.dtype == torch.bool else gates
-        return gates.sum() if mask is None else gates.masked_fill(mask.t(), 0.0).sum()
+        if mask is not None:
+            gates = gates.masked_fill(mask.t(), 0)
+        return gates.sum(dtype=torch.float32)
 
     @property
     def last_token_count(self) -> int:
