@@ -29,14 +29,17 @@ def updates_logged(output):
             for line in output.splitlines() if '"num_updates"' in line and "{" in line]
 
 
-def test_hydra_train_with_the_demo_config(corpus, tmp_path):
+@pytest.mark.parametrize("precision", [[], ["common.bf16=true"]], ids=["fp32", "bf16"])
+def test_hydra_train_with_the_demo_config(corpus, tmp_path, precision):
+    """bf16 through hydra: fairseq-train's --bf16 also turns on --tpu (fairseq 0.12)."""
     out = run([str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "configs"), "--config-name", "demo",
                f"common.user_dir={PKG_DIR}", "common.log_format=json", "common.log_interval=1",
                f"task.data={corpus['bin']}", "task.langs='en,xx,yy'", "task.lang_pairs='en-xx,en-yy'",
                "model._name=langshare_transformer_tiny", "optimization.max_update=3",
                "dataset.max_tokens=500", f"checkpoint.save_dir={tmp_path / 'ckpt'}",
-               "checkpoint.save_interval_updates=0"], cwd=tmp_path)
+               "checkpoint.save_interval_updates=0", *precision], cwd=tmp_path)
     assert max(updates_logged(out)) == 3
+    assert ("'tpu': False, 'bf16': True" in out) == bool(precision)  # the config it trained with
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
 
 

@@ -78,15 +78,19 @@ def task_args(corpus, langs=None, pairs=None, langtok=True):
             ] + (["--encoder-langtok", "tgt"] if langtok else [])
 
 
-def train(argv):
-    """Run fairseq-train in-process; return the parsed json log records."""
+def train(argv, overrides=None):
+    """Run fairseq-train in-process; return the parsed json log records. ``overrides``
+    ({"common.tpu": False, ...}) are set on the config as fairseq-hydra-train's would be."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli import train as train_cli
+    from omegaconf import OmegaConf
 
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, argv)
     cfg = convert_namespace_to_omegaconf(args)
+    for key, value in (overrides or {}).items():
+        OmegaConf.update(cfg, key, value)
     records = []
     handler = _JsonCollector(records)
     logging.getLogger().addHandler(handler)
