@@ -7,12 +7,14 @@ STAMP := $(VENV)/.langshare-installed
 
 .PHONY: install test test-fast demo benchmark clean
 
-$(STAMP): setup.py
+# setup.py/requirements.txt say what the package needs (ranges); constraints.txt pins the exact
+# versions installed here
+$(STAMP): setup.py requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip wheel
-	# pin first: the CPU wheel is on local disk; an unpinned torch pulls a CUDA build
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test]'
+	# torch first, pinned: the CPU wheel is on local disk; an unpinned torch pulls a CUDA build
+	$(PY) -m pip install --quiet -c constraints.txt torch
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,4 +1,22 @@
+import os
+
 from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def requirements():
+    """requirements.txt (ranges) plus the distribution that provides ``import fairseq``."""
+    with open(os.path.join(HERE, "requirements.txt"), encoding="utf-8") as f:
+        lines = [line.split("#")[0].strip() for line in f]
+    return [line for line in lines if line] + [
+        # the official fairseq 0.12.2 (from PyPI or a source checkout: an installed one is kept)
+        'fairseq>=0.12.2; python_version < "3.11"',
+        # fairseq 0.12 rebuilt for Python 3.11+ (0.12.2 does not import there); it installs the
+        # same `fairseq` package: with fairseq from a source checkout, install with --no-deps
+        've-fairseq>=0.12.3; python_version >= "3.11"',
+    ]
+
 
 setup(
     name="fairseq_langshare",
@@ -8,20 +26,11 @@ setup(
         "(CLSR, latent depth, adaptive sparse, language-specific layers)"
     ),
     packages=find_packages(include=["fairseq_langshare", "fairseq_langshare.*"]),
-    python_requires=">=3.11,<3.12",
-    install_requires=[
-        # the CPU wheel on this machine kind; a bare `torch` pulls a multi-GB CUDA build
-        "torch==2.13.0",
-        # fairseq 0.12.x built for cp311 (the official 0.12.2 does not import on 3.11)
-        "ve-fairseq==0.12.3",
-        "numpy",
-        "sentencepiece",
-        "sacrebleu>=2.0",
-        "hydra-core>=1.0.7",
-        "omegaconf",
-        "matplotlib",
-        "tqdm",
-    ],
-    extras_require={"test": ["pytest"]},
+    python_requires=">=3.8",
+    install_requires=requirements(),
+    extras_require={
+        "test": ["pytest", "tensorboard"],  # tensorboard: the tests read the event files it writes
+        "deploy": ["ctranslate2>=4"],
+    },
     entry_points={"console_scripts": ["langshare = fairseq_langshare.cli:main"]},
 )

@@ -38,8 +38,11 @@ def _explain(path, error: Exception) -> str:
 
 
 def install() -> None:
-    """Allow-list fairseq's checkpoint globals and make refusals one clear line."""
-    torch.serialization.add_safe_globals(SAFE_GLOBALS)
+    """Allow-list fairseq's checkpoint globals and make refusals one clear line. torch < 2.4
+    has no allow-list and loads with ``weights_only=False`` by default: nothing to add there."""
+    add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
+    if add_safe_globals is not None:
+        add_safe_globals(SAFE_GLOBALS)
     from fairseq import checkpoint_utils
 
     original = checkpoint_utils.load_checkpoint_to_cpu

@@ -16,14 +16,11 @@ import torch
 from fairseq_langshare.criterions.langshare_label_smoothed_cross_entropy import (
     LangshareLabelSmoothedCrossEntropy,
 )
-from method_flags import AUX_LOSSES, METHODS
+from method_configs import AUX_LOSSES, METHODS, TRAIN, distinct_languages
 from test_language_aware_model import collate, mixed_indices
 from tiny_corpus import build_task_and_model, task_args, train
 
 M2M = ["en-xx", "en-yy", "xx-yy"]  # xx-yy (valid only): batches mix source languages too
-TRAIN = ["--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
-         "--lr", "0.005", "--max-tokens", "1000", "--log-format", "json", "--log-interval", "1", "--cpu",
-         "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "3", "--max-update", "4"]
 PRECISIONS = {  # flags, config overrides (as fairseq-hydra-train sets them), dtype the model trains in
     "fp16": (["--fp16", "--fp16-no-flatten-grads"], None, torch.float16),
     "bf16": ([], {"common.bf16": True}, torch.bfloat16),
@@ -48,7 +45,8 @@ def test_every_method_trains_in_mixed_precision(corpus, tmp_path, monkeypatch, m
         return forward(self, model, sample, reduce)
 
     monkeypatch.setattr(LangshareLabelSmoothedCrossEntropy, "forward", recording_forward)
-    records = train(task_args(corpus) + TRAIN + METHODS[method] + flags + ["--save-dir", str(tmp_path)], overrides)
+    records = train(task_args(corpus) + TRAIN + METHODS[method] + flags + ["--cpu", "--save-dir", str(tmp_path)],
+                    overrides)
     steps = [r for r in records if "num_updates" in r and "loss" in r]
     assert [int(float(r["num_updates"])) for r in steps] == [1, 2, 3, 4]
     for r in steps:
@@ -72,11 +70,7 @@ def test_auxiliary_losses_are_fp32_and_match_the_fp32_model(corpus, method, num_
     task, model, _ = build_task_and_model(corpus, arch=flags[1], pairs=M2M,
                                           extra=[*flags[2:], "--dropout", "0.0", "--max-update", "10"])
     task.load_dataset("valid")
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # selection logits distinct per language and component (KL, disparity > 0)
-        for name, p in model.named_parameters():
-            if name.endswith("logits"):
-                p.copy_(torch.randn(p.shape, generator=g) * 2)
+    distinct_languages(model)
     batch = collate(task, mixed_indices(task))
     values = {}
     for dt in (torch.float32, dtype):

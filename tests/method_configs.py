@@ -1,5 +1,12 @@
 """Every method's tiny architecture, with flags under which each of its auxiliary losses fires
-within a few updates (shared by the mixed-precision and GPU tests)."""
+within a few updates, the training flags of a 4-update run, and distinct per-language
+selections (shared by the mixed-precision, tensorboard and GPU tests)."""
+
+import torch
+
+TRAIN = ["--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
+         "--lr", "0.005", "--max-tokens", "1000", "--log-format", "json", "--log-interval", "1",
+         "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "3", "--max-update", "4"]
 
 METHODS = {
     "baseline": ["--arch", "langshare_transformer_tiny"],
@@ -21,3 +28,16 @@ AUX_LOSSES = {
     "latent_depth": {"kl_enc", "kl_dec", "target_depth_dec"},
     "adaptive_sparse": {"sparsity_enc", "sparsity_dec", "disparity_enc", "disparity_dec", "topk_enc", "topk_dec"},
 }
+
+
+def distinct_languages(model, seed=0, noise=0.0):
+    """Random selection logits (latent layers, sparse components: every language keeps others,
+    KL and disparity > 0) and, with ``noise``, Gaussian noise on every other parameter (adapters
+    start near identity)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("logits"):
+                p.copy_(torch.randn(p.shape, generator=g) * 2)
+            elif noise:
+                p.add_(torch.randn(p.shape, generator=g) * noise)

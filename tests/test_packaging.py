@@ -1,0 +1,79 @@
+"""What pip sees (ranges, no pins, one fairseq distribution per Python version), the Python floor
+of the package code, and a quiet ``langshare`` command.
+
+The metadata tests read the installed metadata of ``fairseq_langshare``: ``make test``
+re-installs the checkout whenever setup.py, requirements.txt or constraints.txt change."""
+
+import ast
+import importlib.metadata as metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+
+REPO = Path(__file__).resolve().parents[1]
+FAIRSEQ_PROVIDERS = ("fairseq", "ve-fairseq")
+
+
+def requirements():
+    return [Requirement(r) for r in metadata.requires("fairseq_langshare")]
+
+
+def applies(req, python, extra=""):
+    env = {**default_environment(), "python_version": python, "python_full_version": f"{python}.0", "extra": extra}
+    return req.marker is None or req.marker.evaluate(env)
+
+
+def test_requirements_are_ranges_without_exact_pins():
+    reqs = requirements()
+    assert not [str(r) for r in reqs if any(s.operator in ("==", "===") for s in r.specifier)]
+    (torch,) = [r for r in reqs if r.name == "torch"]
+    assert torch.specifier and {s.operator for s in torch.specifier} == {">="}  # an installed CUDA torch is kept
+    assert any(r.name.lower() == "tensorboardx" for r in reqs if applies(r, "3.11"))  # fairseq's tensorboard writer
+
+
+@pytest.mark.parametrize("python,provider", [("3.8", "fairseq"), ("3.10", "fairseq"), ("3.11", "ve-fairseq"),
+                                             ("3.12", "ve-fairseq")])
+def test_exactly_one_fairseq_distribution_per_python_version(python, provider):
+    """fairseq 0.12.2 on 3.8-3.10 (a source checkout satisfies it and is kept); its 3.11+ rebuild
+    ve-fairseq installs the same `fairseq` package, so never both."""
+    assert {r.name for r in requirements() if r.name in FAIRSEQ_PROVIDERS and applies(r, python)} == {provider}
+    (req,) = [r for r in requirements() if r.name == provider]
+    assert req.specifier.contains("0.12.3") and not req.specifier.contains("0.12.1")
+
+
+def test_python_floor_and_the_deploy_extra():
+    assert metadata.metadata("fairseq_langshare")["Requires-Python"] == ">=3.8"
+    deploy = [r for r in requirements() if r.marker is not None and not applies(r, "3.11") and applies(r, "3.11", "deploy")]
+    assert [(r.name, str(r.specifier)) for r in deploy] == [("ctranslate2", ">=4")]
+
+
+def test_package_code_parses_as_python_3_8():
+    """Users run Python 3.8-3.10: no newer syntax (match, parenthesised context managers, ...)."""
+    for path in sorted((REPO / "fairseq_langshare").rglob("*.py")):
+        ast.parse(path.read_text(encoding="utf-8"), filename=str(path), feature_version=(3, 8))
+
+
+def run_python(code):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": ""}
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_langshare_help_prints_only_the_help():
+    """No "Please install tensorboardX" (fairseq's text_to_speech task logs it at import) nor other noise."""
+    proc = run_python("from fairseq_langshare.cli import main; main(['--help'])")
+    assert proc.stdout.startswith("usage: langshare") and proc.stderr == ""
+
+
+def test_langshare_commands_log_warnings_only():
+    """Importing fairseq 0.12 sets the root logger to DEBUG (logging.basicConfig in one of its
+    model modules); the langshare command logs WARNING and above."""
+    proc = run_python("import logging\nfrom fairseq_langshare.cli import main\nmain(['recipe', 'list'])\n"
+                      "logging.getLogger('some.library').info('LIBRARY-INFO')\n"
+                      "logging.getLogger('some.library').warning('LIBRARY-WARNING')")
+    assert proc.returncode == 0, proc.stderr
+    assert "LIBRARY-WARNING" in proc.stderr and "LIBRARY-INFO" not in proc.stderr
