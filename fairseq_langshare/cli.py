@@ -38,9 +38,7 @@ QUIET_WARNINGS = ("version_base", "validated against ConfigStore", "no longer ex
 
 
 def main(argv=None) -> int:
-    # force: importing fairseq 0.12 already configured the root logger (its wav2vec2_classification
-    # module calls logging.basicConfig(level=DEBUG)), which would print every library's DEBUG line
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     for text in QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=f"(?s).*{text}")
