@@ -15,7 +15,7 @@ import torch
 from method_configs import METHODS, TRAIN, distinct_languages
 from test_hydra_and_distributed import free_port, updates_logged
 from test_language_aware_model import assert_beam_search_mixed_equals_alone, collate, mixed_indices, row_keys
-from tiny_corpus import PKG_DIR, build_task_and_model, generate, task_args, train
+from tiny_corpus import build_task_and_model, generate, task_args, train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
