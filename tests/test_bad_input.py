@@ -341,6 +341,7 @@ def test_evaluate_refuses_before_decoding(run, eval_corpus, tmp_path, capsys, no
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed interrupt
 def test_ctrl_c_during_evaluate_is_not_swallowed(run, eval_corpus, tmp_path, capsys, monkeypatch):
     """A KeyboardInterrupt raised inside a finalizer (the DataLoader's shutdown, an import lock's callback) is
     printed as "Exception ignored" and dropped by Python; evaluate must still stop, write nothing and not exit 0."""
