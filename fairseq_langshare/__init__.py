@@ -2,12 +2,14 @@
 
 Importing the package (or ``--user-dir fairseq_langshare``) registers the task
 ``multilingual_langshare``, the models and ``langshare_label_smoothed_cross_entropy``, and
-allow-lists the classes fairseq checkpoints hold so they load with ``weights_only=True``.
+allow-lists the classes fairseq checkpoints hold so they load with ``weights_only=True``; in
+fairseq's console scripts the plugin's errors are then printed as one line (``user_errors``).
 """
 
-from . import checkpoint_safety
+from . import checkpoint_safety, user_errors
 
 checkpoint_safety.install()
+user_errors.install()
 
 from . import criterions, models, tasks  # noqa: E402,F401
 

@@ -2,38 +2,122 @@
 the target, which is then renamed over it (``os.replace`` is atomic within one filesystem). Every
 file the package writes for a user (evaluation tables, analysis JSON and figures, exported
 checkpoints) goes through here, so an interrupted run never leaves a half-written file that
-looks finished."""
+looks finished.
 
+``check_writable`` refuses, before a command does its work, an output path it could not write or
+that would replace one of its inputs; ``write_files_atomic`` writes the files of one result (a JSON
+and its markdown table) so that they are replaced together or not at all."""
+
+import contextlib
 import json
 import os
+import tempfile
 from pathlib import Path
-from typing import Callable, Union
+from typing import Callable, Dict, Iterable, Union
 
-__all__ = ["write_atomic", "write_text_atomic", "write_json_atomic", "save_figure_atomic"]
+__all__ = ["OutputPathError", "check_writable", "json_text", "write_atomic", "write_files_atomic", "write_text_atomic",
+           "write_json_atomic", "save_figure_atomic"]
 
 PathLike = Union[str, os.PathLike]
+
+try:
+    import fcntl
+except ImportError:  # Windows: renames are not serialised between processes
+    fcntl = None
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot be written; the message is one line naming it and the fix."""
+
+
+def check_writable(path: PathLike, flag: str = "--out", inputs: Iterable[PathLike] = ()) -> Path:
+    """Refuse ``path`` (the value of option ``flag``) now, before any work, if it is a directory, one of
+    ``inputs``, under a file, or in a directory where no file can be created (probed, so that a read-only
+    file system or a root-owned directory counts too). Creates nothing."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputPathError(f"{flag} {path} is a directory; pass a file name")
+    for given in inputs:
+        if given is None:
+            continue
+        if os.path.abspath(path) == os.path.abspath(given) or (
+                path.exists() and Path(given).exists() and os.path.samefile(path, given)):
+            raise OutputPathError(f"{flag} {path} would overwrite an input or another output of this command; "
+                                  "write to another path")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputPathError(f"cannot write {flag} {path}: {parent} is a file, not a directory; choose another path")
+    try:
+        tempfile.TemporaryFile(dir=parent).close()
+    except OSError as error:
+        raise OutputPathError(f"cannot write {flag} {path}: no file can be created in {parent} ({error.strerror}); "
+                              "choose another path or fix its permissions") from None
+    return path
+
+
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def _directories_locked(directories):
+    """Exclusive ``flock`` on each directory, so two processes renaming into them take turns (best effort:
+    where a directory cannot be locked, the renames still happen)."""
+    with contextlib.ExitStack() as stack:
+        for directory in sorted({os.path.abspath(d) for d in directories}) if fcntl is not None else ():
+            try:
+                fd = os.open(directory, os.O_RDONLY)
+            except OSError:
+                continue
+            stack.callback(os.close, fd)
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+
+
+def write_files_atomic(writers: Dict[PathLike, Union[str, Callable[[Path], object]]]) -> None:
+    """Write every file to a temporary name first (``writers[path](tmp)``, or the text ``writers[path]`` in
+    UTF-8), then rename them all: either every
+    file is replaced by this run's content or, if one write fails, none is; two processes writing the same
+    files replace them in turn, so the files always come from one of them."""
+    tmps = {}
+    try:
+        for path, write in writers.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmps[path] = _tmp_name(path)
+            if isinstance(write, str):
+                tmps[path].write_text(write, encoding="utf-8")
+            else:
+                write(tmps[path])
+        with _directories_locked(path.parent for path in tmps) if len(tmps) > 1 else contextlib.nullcontext():
+            for path, tmp in tmps.items():
+                os.replace(tmp, path)
+    finally:
+        for tmp in tmps.values():
+            if tmp.exists():
+                tmp.unlink()
 
 
 def write_atomic(path: PathLike, write: Callable[[Path], object]) -> Path:
     """``write(tmp)`` writes the content to ``tmp``; then ``tmp`` replaces ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    write_files_atomic({path: write})
+    return Path(path)
 
 
 def write_text_atomic(path: PathLike, text: str) -> Path:
-    return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    write_files_atomic({path: text})
+    return Path(path)
+
+
+def json_text(obj) -> str:
+    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
 
 
 def write_json_atomic(path: PathLike, obj) -> Path:
-    return write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    return write_text_atomic(path, json_text(obj))
 
 
 def save_figure_atomic(fig, path: PathLike, dpi: int = 120) -> Path:

@@ -6,24 +6,40 @@ weights-only unpickling, which refuses the config objects fairseq stores next to
 arbitrary code from an untrusted file. Instead, importing ``fairseq_langshare`` allow-lists
 exactly the classes that fairseq and fairseq_langshare checkpoints contain, and a checkpoint
 that holds any other global is refused with one line naming it.
+
+A file torch cannot read at all (truncated by a full disk or a killed copy, empty, random bytes) is
+refused with one line too: its size, why, and the newest readable checkpoint next to it (for a broken
+``checkpoint_last.pt``: how to resume from that one, with any fairseq 0.12). Never with torch's advice to switch weights-only
+loading off, which would not help and would run whatever the file holds.
 """
 
 import argparse
 import functools
+import os
 import pickle
+import zipfile
 
 import torch
 
-__all__ = ["SAFE_GLOBALS", "install", "UnsafeCheckpointError"]
+__all__ = ["SAFE_GLOBALS", "install", "CheckpointError", "UnsafeCheckpointError", "UnreadableCheckpointError"]
 
 # What fairseq 0.12 checkpoints hold besides tensors and builtins: it saves ``cfg`` as plain
 # containers, but the legacy ``args`` entry (and checkpoints of older fairseq) is a Namespace.
 # Checked with torch.serialization.get_unsafe_globals_in_checkpoint on checkpoints written by
 # fairseq-train (argparse and hydra) with this package's task, models and criterion.
 SAFE_GLOBALS = [argparse.Namespace]
+_TORCH_READERS = (os.path.join("torch", "serialization.py"), "_weights_only_unpickler.py")
 
 
-class UnsafeCheckpointError(pickle.UnpicklingError):
+class CheckpointError(ValueError):
+    """A checkpoint that is refused; the message is one line naming the file, the problem and the fix."""
+
+
+class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
+    pass
+
+
+class UnreadableCheckpointError(CheckpointError):
     pass
 
 
@@ -35,6 +51,49 @@ def _explain(path, error: Exception) -> str:
         f"allow-list ({detail.strip()}); if you trust the file, add the class with "
         "torch.serialization.add_safe_globals([...]) before loading"
     )
+
+
+def _raised_by_torch_load(error: BaseException) -> bool:
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(_TORCH_READERS):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _newest_readable_sibling(path):
+    """The most recently written other ``*.pt`` next to ``path`` that is a complete zip archive (torch's format)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(".pt")]
+    except OSError:
+        return None
+    candidates = [os.path.join(folder, n) for n in names if not os.path.samefile(os.path.join(folder, n), path)]
+    for candidate in sorted(candidates, key=os.path.getmtime, reverse=True):
+        if zipfile.is_zipfile(candidate):
+            return candidate
+    return None
+
+
+def _explain_unreadable(path, error: Exception) -> str:
+    size = os.path.getsize(path)
+    if size == 0:
+        why = "the file is empty"
+    elif not zipfile.is_zipfile(path):
+        why = "it is no complete zip archive: truncated, or not a PyTorch checkpoint"
+    else:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip() and "weights_only" not in line]
+        why = f"corrupt ({type(error).__name__}: {lines[0] if lines else 'unreadable'})"
+    text = f"cannot read checkpoint {path} ({size} bytes): {why}"
+    other = _newest_readable_sibling(path)
+    name = os.path.basename(path)
+    if other is None:
+        return f"{text}; no other checkpoint next to it is readable: re-create it (train or export again)"
+    text += f"; the newest readable checkpoint next to it is {other}"
+    if name.startswith("checkpoint_last"):
+        return f"{text}: to resume training from it, move {name} aside and copy that file to {name}"
+    return f"{text}: use that one"
 
 
 def install() -> None:
@@ -54,9 +113,16 @@ def install() -> None:
         try:
             return original(path, *args, **kwargs)
         except pickle.UnpicklingError as error:
-            if "weights_only" not in str(error) and "Unsupported global" not in str(error):
+            if "Unsupported global" in str(error):
+                raise UnsafeCheckpointError(_explain(path, error)) from None
+            if not _raised_by_torch_load(error):
                 raise
-            raise UnsafeCheckpointError(_explain(path, error)) from None
+            raise UnreadableCheckpointError(_explain_unreadable(path, error)) from None
+        except (RuntimeError, OSError, EOFError, ValueError) as error:
+            if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError)) \
+                    or not _raised_by_torch_load(error):
+                raise
+            raise UnreadableCheckpointError(_explain_unreadable(path, error)) from None
 
     load_checkpoint_to_cpu._langshare_wrapped = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu

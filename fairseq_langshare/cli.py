@@ -13,6 +13,7 @@ import sys
 import warnings
 
 from . import analysis, evaluation, export
+from .user_errors import message
 from .data import gettext_corpus
 from .recipes import corpora, experiments
 
@@ -46,9 +47,12 @@ def main(argv=None) -> int:
     try:
         result = args.func(args)
     except (ValueError, FileNotFoundError, KeyError) as error:
-        message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"langshare {args.command}: error: {message}", file=sys.stderr)
+        print(f"langshare {args.command}: error: {message(error)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # every output is written whole or not at all (atomic_files)
+        print(f"langshare {args.command}: interrupted (Ctrl-C) before it finished; no file was left half-written",
+              file=sys.stderr)
+        return 130
     return result if isinstance(result, int) else 0
 
 

@@ -24,7 +24,9 @@ import os
 import shlex
 import sys
 import tempfile
-from .atomic_files import write_json_atomic, write_text_atomic
+from .atomic_files import check_writable, json_text, write_files_atomic
+from .data.binarized import BinarizedDataError, sentence_count
+from .interrupts import interrupts_kept
 
 logger = logging.getLogger(__name__)
 
@@ -288,6 +290,25 @@ class _Corpus:
                 return path
         return None
 
+    def check_references(self, split, src, tgt):
+        """Before decoding: the binarized src-tgt data is complete and holds one sentence per raw reference."""
+        refs = self.reference_path(split, src, tgt)
+        with open(refs, encoding="utf-8") as f:
+            n_refs = sum(1 for _ in f)
+        a, b = (src, tgt) if os.path.isfile(os.path.join(self.bin, f"{split}.{src}-{tgt}.{src}.idx")) else (tgt, src)
+        for lang in (src, tgt):
+            prefix = os.path.join(self.bin, f"{split}.{a}-{b}.{lang}")
+            if not os.path.isfile(prefix + ".idx"):
+                continue
+            try:
+                n = sentence_count(prefix)
+            except BinarizedDataError as e:
+                raise EvaluationError(str(e)) from None
+            if n is not None and n != n_refs:
+                raise EvaluationError(f"{refs} has {n_refs} lines but {prefix}.bin holds {n} sentences: raw/ and bin/ "
+                                      f"of the corpus are out of sync; rebuild the corpus (langshare prepare-gettext) "
+                                      f"or restore {refs}")
+
     def references(self, split, src, tgt):
         with open(self.reference_path(split, src, tgt), encoding="utf-8") as f:
             return [line.rstrip("\n") for line in f]
@@ -439,6 +460,10 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         raise EvaluationError(f"checkpoint not found: {checkpoint} (pass the .pt file fairseq-train wrote, "
                               f"e.g. checkpoints/checkpoint_best.pt)")
     checkpoint = os.path.abspath(checkpoint)
+    baseline_path = baseline if isinstance(baseline, (str, os.PathLike)) else None
+    for flag, path, others in (("--out-json", out_json, []), ("--out-md", out_md, [out_json])):
+        if path:  # fail now, not after decoding
+            check_writable(path, flag, inputs=[checkpoint, baseline_path, *others])
     resource_groups({}, high_threshold, low_threshold)  # validates the options before decoding
     bleu_tokenizer("", bleu_tokenize)
     _, spbleu_note = spbleu_tokenizer(spbleu_tokenize)
@@ -484,6 +509,8 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
                 raise EvaluationError(why)
     for d in skipped:
         logger.warning("skipping %s: %s", d, skipped[d])
+    for d in directions:
+        corpus.check_references(split, *d.split("-"))
     if baseline_results is not None:  # fail before decoding, not after
         _win_stats({"directions": {d: {win_metric: 0.0} for d in directions}}, baseline_results, win_metric)
 
@@ -501,7 +528,7 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
     flags += _task_flags(task_name, task_cfg) + extra
 
     rows = {}
-    with tempfile.TemporaryDirectory(prefix="langshare-eval-") as tmp, \
+    with interrupts_kept() as stop_if_interrupted, tempfile.TemporaryDirectory(prefix="langshare-eval-") as tmp, \
             tqdm(directions, desc=f"evaluate {split}", unit="direction") as bar:
         for d in bar:
             bar.set_postfix_str(d)
@@ -510,6 +537,7 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
             out_dir = os.path.join(tmp, d)
             hyps, n_missing = _translate([corpus.bin, "-s", src, "-t", tgt, "--results-path", out_dir] + flags,
                                          out_dir, split, len(refs))
+            stop_if_interrupted()  # a Ctrl-C that Python dropped while fairseq shut its data loader down
             rows[d] = {"train_size": sizes[d], "group": groups[d], "supervised": d in trained,
                        **score(hyps, refs, tgt, bleu_tokenize, spbleu_tokenize), "n": len(refs),
                        "n_untranslated": n_missing}
@@ -533,10 +561,8 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         wins, total = _win_stats(results, baseline_results, win_metric)
         results["win_ratio"] = {"baseline": baseline_name, "metric": win_metric, "value": wins / total,
                                 "wins": wins, "directions": total}
-    if out_json:
-        write_json_atomic(out_json, results)
-    if out_md:
-        write_text_atomic(out_md, to_markdown(results))
+    outputs = {out_json: json_text(results) if out_json else None, out_md: to_markdown(results) if out_md else None}
+    write_files_atomic({path: text for path, text in outputs.items() if path})  # both of this run, or neither
     return results
 
 
@@ -617,7 +643,12 @@ def _run_compare(args):
         for item in args.results:
             name, _, path = item.rpartition("=") if "=" in item else (None, None, item)
             name = name or os.path.splitext(os.path.basename(path))[0]
-            runs.append((name, _read_json(path, "results JSON")))
+            results = _read_json(path, "results JSON")
+            rows = results.get("directions") if isinstance(results, dict) else None
+            if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
+                raise EvaluationError(f"{path} is not a `langshare evaluate` results file (no 'directions' table of "
+                                      "per-direction scores): pass files written by langshare evaluate --out-json")
+            runs.append((name, results))
         print(compare_markdown(runs, args.baseline, tuple(_csv(args.metrics))))
     except (EvaluationError, FileNotFoundError) as e:
         print(f"langshare compare: error: {e}", file=sys.stderr)

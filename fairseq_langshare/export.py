@@ -21,12 +21,18 @@ registered model it exports to in a class attribute ``export_model`` (default ``
 or a function of the model config); that model's own options are kept in the exported config,
 and loading it needs ``--user-dir``. The result is always checked against the keys and shapes of
 the export model built from the exported config before anything is written; the file is written
-to a temporary name and renamed.
+to a temporary name and renamed, never over the checkpoint it comes from.
+
+fairseq 0.12's ``fairseq-generate`` drops the last batch when its size is not a multiple of
+``--required-batch-size-multiple`` (default 8; the plugin's task avoids that, fairseq's own does
+not), so the command ``export`` prints for translating with the result passes
+``--required-batch-size-multiple 1``.
 """
 
 import argparse
 import dataclasses
 import logging
+import shlex
 from enum import Enum
 from pathlib import Path
 from typing import Dict
@@ -38,7 +44,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from omegaconf import OmegaConf
 
-from .atomic_files import write_atomic
+from .atomic_files import check_writable, write_atomic
 from .languages import decode_inventory
 from .tasks.multilingual_langshare import options_as_namespace
 
@@ -165,6 +171,7 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
     checkpoint, out_path = Path(checkpoint), Path(out_path)
     if not checkpoint.is_file():
         raise FileNotFoundError(f"no checkpoint {checkpoint}: pass the .pt file fairseq-train wrote")
+    check_writable(out_path, "--out", inputs=[checkpoint])
     state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
     cfg, weights = state["cfg"], state["model"]
     langs = decode_inventory(weights["lang_inventory"]) if "lang_inventory" in weights else []
@@ -226,7 +233,22 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
               f"({report['param_ratio']:.0%} of the full model's {report['full_params']:,}, whose weights take "
               f"{report['full_weight_bytes'] / 1e6:.2f} MB; the full checkpoint file with optimizer state "
               f"{report['full_bytes'] / 1e6:.2f} MB)")
+        print("translate with it (DATA: the binarized data directory): "
+              + generate_command(out_path, exported["cfg"]["task"], export_name))
     return report
+
+
+def generate_command(path, task_cfg: Dict, export_name: str = PLAIN_ARCH) -> str:
+    """The fairseq-generate command line for an exported checkpoint, with the language flags of its task
+    config and --required-batch-size-multiple 1 (without it fairseq 0.12 drops the last batch when its
+    size is not a multiple of 8: 16 of 20 sentences translated)."""
+    from .evaluation import PACKAGE_DIR, _task_flags
+
+    argv = ["fairseq-generate", "DATA", "--task", PLAIN_TASK, "--path", str(path)]
+    argv += ["--user-dir", PACKAGE_DIR] if export_name != PLAIN_ARCH else []
+    argv += ["-s", task_cfg["source_lang"], "-t", task_cfg["target_lang"], *_task_flags(PLAIN_TASK, task_cfg),
+             "--gen-subset", "test", "--required-batch-size-multiple", "1"]
+    return shlex.join(argv)
 
 
 def _retie(cloned: Dict[str, torch.Tensor], original: Dict[str, torch.Tensor]) -> None:
@@ -253,7 +275,9 @@ def add_subcommand(subparsers) -> None:
         help="write one language pair's sub-network as a plain fairseq transformer checkpoint",
         description="Write the weights one language pair uses as a plain fairseq `transformer` checkpoint that "
                     "fairseq-generate --task translation_multi_simple_epoch loads without --user-dir "
-                    "(pass the same --langs, --lang-pairs SRC-TGT and langtok flags as for the full model). An adapter "
+                    "(pass the same --langs, --lang-pairs SRC-TGT and langtok flags as for the full model, and "
+                    "--required-batch-size-multiple 1, or fairseq 0.12 drops the last batch unless its size is a "
+                    "multiple of 8; export prints the whole command). An adapter "
                     "model's pair is a langshare_adapter_single checkpoint instead, an adaptive sparse model with head "
                     "sparsity an adaptive_sparse_single one: load those with --user-dir.",
     )

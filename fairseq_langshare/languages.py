@@ -8,45 +8,83 @@ another order is re-mapped (the task then emits the checkpoint's ids) unless lan
 are in use (fairseq numbers them in ``--langs`` order, so their embeddings would be misread);
 anything else is refused with a message that says which ``--langs`` to pass. A sentence is never routed
 through another language's weights.
+
+The same buffer carries, after the codes, the settings that decide what the weights expect around
+the languages: the language-token flags (``--encoder-langtok``, ``--decoder-langtok``,
+``--lang-tok-style``, ``--lang-tok-replacing-bos-eos``), which are checked on load like the codes
+(a model decoded with other language tokens translates into garbage), and the ``--arch`` it was built
+with (named when a resume builds another model). A checkpoint written before they were stored is
+loaded without that check.
 """
 
 import logging
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LanguageInventory", "LanguageInventoryMismatch", "encode_inventory", "decode_inventory"]
+__all__ = ["LanguageInventory", "LanguageInventoryMismatch", "encode_inventory", "decode_inventory", "decode_settings",
+           "TOKEN_FLAGS"]
+
+# the language-token flags stored with the inventory, as ``--flag``: value ("" when off)
+TOKEN_FLAGS = ("encoder-langtok", "decoder-langtok", "lang-tok-style", "lang-tok-replacing-bos-eos")
 
 
 class LanguageInventoryMismatch(ValueError):
     pass
 
 
-def encode_inventory(langs: Sequence[str]) -> torch.Tensor:
-    return torch.tensor(list(",".join(langs).encode("utf-8")), dtype=torch.long)
+def encode_inventory(langs: Sequence[str], settings: Optional[Dict[str, str]] = None) -> torch.Tensor:
+    """The codes, comma-joined, then one ``key=value`` line per setting."""
+    text = ",".join(langs) + "".join(f"\n{k}={v}" for k, v in sorted((settings or {}).items()))
+    return torch.tensor(list(text.encode("utf-8")), dtype=torch.long)
+
+
+def _decode(tensor: torch.Tensor) -> List[str]:
+    return bytes(int(b) for b in tensor.tolist()).decode("utf-8").split("\n")
 
 
 def decode_inventory(tensor: torch.Tensor) -> List[str]:
-    text = bytes(int(b) for b in tensor.tolist()).decode("utf-8")
-    return text.split(",") if text else []
+    codes = _decode(tensor)[0]
+    return codes.split(",") if codes else []
+
+
+def decode_settings(tensor: torch.Tensor) -> Dict[str, str]:
+    """The settings stored after the codes ({} for a checkpoint written before they were stored)."""
+    return dict(line.split("=", 1) for line in _decode(tensor)[1:])
+
+
+def _flags(tokens: Dict[str, str], keys) -> str:
+    """How the command line says ``tokens[key]``: ``--flag value``, ``--flag`` or ``no --flag``."""
+    said = []
+    for key in keys:
+        value = tokens.get(key, "")
+        if not value:
+            said.append(f"no --{key}")
+        elif key in ("decoder-langtok", "lang-tok-replacing-bos-eos"):  # switches
+            said.append(f"--{key}")
+        else:
+            said.append(f"--{key} {value}")
+    return " ".join(said)
 
 
 class LanguageInventory:
     """Code <-> id mapping shared by the task (which emits ids) and the model (which stores it)."""
 
-    def __init__(self, langs: Sequence[str], order_fixed_by: str = ""):
+    def __init__(self, langs: Sequence[str], order_fixed_by: str = "", tokens: Optional[Dict[str, str]] = None):
         """``order_fixed_by``: why the order itself matters beyond the ids (e.g. the task adds
-        language tokens to the dictionary in ``--langs`` order); then a reorder is refused."""
+        language tokens to the dictionary in ``--langs`` order); then a reorder is refused.
+        ``tokens``: this run's language-token flags (``TOKEN_FLAGS``), checked against a checkpoint's."""
         self.order_fixed_by = order_fixed_by
+        self.tokens = dict(tokens or {})
         langs = list(langs)
         dupes = sorted({c for c in langs if langs.count(c) > 1})
         if dupes:
             raise ValueError(f"--langs lists {dupes} more than once; give every language code once")
-        bad = [c for c in langs if not c or "," in c or "-" in c]
+        bad = [c for c in langs if not c or "," in c or "-" in c or "\n" in c]
         if bad:
-            raise ValueError(f"invalid language codes {bad}: codes must be non-empty and contain no ',' or '-'")
+            raise ValueError(f"invalid language codes {bad}: codes must be non-empty and contain no ',', '-' or newline")
         self.langs: List[str] = langs
         self._index: Dict[str, int] = {c: i for i, c in enumerate(langs)}
         self._pinned_by = None  # the first checkpoint loaded fixes the ids for every later one
@@ -65,8 +103,22 @@ class LanguageInventory:
                 f"unknown language {code!r}: not in the language inventory {self.langs}; add it to --langs"
             ) from None
 
-    def adopt(self, stored: Sequence[str], where: str = "checkpoint") -> None:
-        """Make ids follow ``stored`` (the inventory the weights were trained with)."""
+    def check_tokens(self, stored: Dict[str, str], where: str = "checkpoint") -> None:
+        """Refuse language-token flags other than those the weights were trained with."""
+        differ = [k for k in TOKEN_FLAGS if k in stored and stored[k] != self.tokens.get(k, "")]
+        if differ:
+            passes = [_flags(stored, [k]) for k in differ if stored[k]]
+            drops = [f"--{k}" for k in differ if not stored[k]]
+            fix = "; ".join(([f"pass {' '.join(passes)}"] if passes else []) + ([f"drop {' '.join(drops)}"] if drops else []))
+            raise LanguageInventoryMismatch(
+                f"the {where} was trained with {_flags(stored, differ)} but this run has {_flags(self.tokens, differ)}; "
+                f"{fix} (a model reads the language tokens it was trained with)"
+            )
+
+    def adopt(self, stored: Sequence[str], where: str = "checkpoint", settings: Optional[Dict[str, str]] = None) -> None:
+        """Make ids follow ``stored`` (the inventory the weights were trained with); ``settings``: the
+        language-token flags stored with it, checked first."""
+        self.check_tokens(settings or {}, where)
         stored = list(stored)
         if stored == self.langs:
             self._pinned_by = self._pinned_by or where

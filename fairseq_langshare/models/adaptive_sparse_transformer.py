@@ -19,6 +19,7 @@ plain fairseq ``transformer`` without head sparsity, ``adaptive_sparse_single`` 
 transformer with H'-head attention projections) with it.
 """
 
+import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from enum import Enum
@@ -44,6 +45,8 @@ from .langshare_transformer import size_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
 from .latent_depth_transformer import trained_languages
+
+logger = logging.getLogger(__name__)
 
 SINGLE_MODEL = "adaptive_sparse_single"
 STACK_NAMES = {"encoder": "enc", "decoder": "dec"}
@@ -135,6 +138,20 @@ def validate(cfg) -> None:
                          "travel outside the layer call); train without it")
     if cfg.cross_self_attention:
         raise ValueError("--cross-self-attention is not supported by adaptive_sparse_transformer")
+
+
+def check_t_bar(t_bar: int, max_update: int) -> None:
+    """Algorithm 1 selects the sub-networks in phase 2, from update T-bar on: a run whose --max-update ends
+    before T-bar would never select one (refused at start-up); one that ends at T-bar stops at the switch,
+    e.g. to be resumed with more updates (a warning with the numbers). No --max-update: nothing to check."""
+    if max_update <= 0 or t_bar < max_update:
+        return
+    if t_bar > max_update:
+        raise ValueError(f"--sparse-t-bar {t_bar} is past --max-update {max_update}: the run would end in phase 1 "
+                         f"of Algorithm 1 and never select a sub-network; pass --sparse-t-bar below {max_update} or "
+                         f"--max-update above {t_bar}")
+    logger.warning("--sparse-t-bar %d = --max-update %d: this run ends where phase 2 begins, so it trains no selected "
+                   "sub-network; resume it with a larger --max-update to train phase 2", t_bar, max_update)
 
 
 def make_scorer(cfg, stack: str) -> SparseScorer:
@@ -418,6 +435,10 @@ class AdaptiveSparseTransformerModel(LanguageAwareTransformerModel):
         validate(cfg)
         cfg.sparse_trained_languages = trained_languages(task, inventory)
         return super(TransformerModel, cls).build_model(cfg, task)
+
+    def check_training_run(self, args) -> None:
+        """Called by the task when a training run builds the model (not when a checkpoint is decoded)."""
+        check_t_bar(int(self.encoder.sparse_scores.t_bar), int(getattr(args, "max_update", 0) or 0))
 
     def scorers(self) -> Dict[str, SparseScorer]:
         return {"encoder": self.encoder.sparse_scores, "decoder": self.decoder.sparse_scores}

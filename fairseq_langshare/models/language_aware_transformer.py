@@ -23,17 +23,21 @@ from fairseq.models.transformer import (
 from omegaconf import OmegaConf, open_dict
 from torch import Tensor
 
-from ..languages import LanguageInventory, decode_inventory, encode_inventory
+from ..languages import LanguageInventory, decode_inventory, decode_settings, encode_inventory
 from ..modules.auxiliary import collect_auxiliary
 from ..modules.routing import LanguageIds
 from .config_transformer import ConfigTransformerModel
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LanguageAwareEncoder", "LanguageAwareDecoder", "LanguageAwareTransformerModel"]
+__all__ = ["LanguageAwareEncoder", "LanguageAwareDecoder", "LanguageAwareTransformerModel", "WeightsMismatch"]
 
 LANG_KEYS = ("src_lang_id", "tgt_lang_id")
 TRANSFORMER_FIELDS = {f.name for f in dataclasses.fields(TransformerConfig)}
+
+
+class WeightsMismatch(ValueError):
+    """A checkpoint whose weights do not fit the model this run builds."""
 
 
 def _first(encoder_out, key) -> Optional[Tensor]:
@@ -131,9 +135,14 @@ class LanguageAwareTransformerModel(ConfigTransformerModel):
         return decode_inventory(self.lang_inventory)
 
     def attach_inventory(self, inventory: LanguageInventory):
-        """Called by the task after building: ids the task emits index ``inventory``."""
+        """Called by the task after building: ids the task emits index ``inventory``; its language-token
+        flags and this model's ``--arch`` are stored with it."""
         self.inventory = inventory
-        self.lang_inventory = encode_inventory(inventory.langs).to(self.lang_inventory.device)
+        self.lang_inventory = self._encoded_inventory()
+
+    def _encoded_inventory(self):
+        settings = {**self.inventory.tokens, "arch": str(getattr(self.args, "arch", None) or type(self).__name__)}
+        return encode_inventory(self.inventory.langs, settings).to(self.lang_inventory.device)
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         stored = state_dict.get("lang_inventory")
@@ -141,8 +150,29 @@ class LanguageAwareTransformerModel(ConfigTransformerModel):
         if stored is None:  # weights of a plain fairseq transformer (e.g. dense initialisation)
             state_dict["lang_inventory"] = self.lang_inventory
         elif self.inventory is not None:
-            self.inventory.adopt(decode_inventory(stored))
-            self.lang_inventory = encode_inventory(self.inventory.langs).to(self.lang_inventory.device)
+            self.inventory.adopt(decode_inventory(stored), settings=decode_settings(stored))
+            self.lang_inventory = state_dict["lang_inventory"] = self._encoded_inventory()
         else:
             self.lang_inventory = stored.clone().to(self.lang_inventory.device)
-        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        try:
+            return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        except RuntimeError as error:
+            if "Error(s) in loading state_dict" not in str(error):
+                raise
+            raise WeightsMismatch(self._misfit(state_dict, stored)) from error
+
+    def _misfit(self, state_dict, stored) -> str:
+        """One line on weights that do not fit this model (a resume with another --arch or size)."""
+        own = {k: tuple(v.shape) for k, v in self.state_dict().items()}
+        theirs = {k: tuple(v.shape) for k, v in state_dict.items()}
+        missing, extra = sorted(set(own) - set(theirs)), sorted(set(theirs) - set(own))
+        shapes = [f"{k} {theirs[k]} there, {own[k]} here" for k in sorted(set(own) & set(theirs)) if own[k] != theirs[k]]
+        details = ", ".join(part for part in (
+            f"missing {', '.join(missing[:2])}" + (f" and {len(missing) - 2} more" if len(missing) > 2 else "") if missing else "",
+            f"unexpected {', '.join(extra[:2])}" + (f" and {len(extra) - 2} more" if len(extra) > 2 else "") if extra else "",
+            f"shapes {'; '.join(shapes[:2])}" if shapes else "") if part)
+        arch = decode_settings(stored).get("arch") if stored is not None else None
+        was = f"holds a {arch} model" if arch else "holds other weights"
+        here = getattr(self.args, "arch", None) or type(self).__name__
+        return (f"the checkpoint {was} but this run builds {here} ({details}); resume with the flags it was trained "
+                f"with{f' (--arch {arch})' if arch else ''} or train into another --save-dir")

@@ -9,7 +9,7 @@ package's safe-globals allow-list (``checkpoint_safety``) and the result is writ
 import os
 import re
 
-from ..atomic_files import write_atomic
+from ..atomic_files import check_writable, write_atomic
 
 UPDATE_CHECKPOINT = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 
@@ -43,6 +43,7 @@ def average_checkpoints(paths, out):
     checkpoint_safety.install()
     if not paths:
         raise ValueError("no checkpoints to average: give at least one")
+    check_writable(out, "--out", inputs=paths)
     sums, keys, state = {}, None, None
     for path in paths:
         if not os.path.isfile(path):

@@ -6,7 +6,10 @@ language ids for training, validation, ``fairseq-generate`` and ``fairseq-intera
 * ids index the ``--langs`` inventory, which the model stores with its weights; loading a
   checkpoint re-maps a reordered ``--langs`` by code or refuses a different set
   (``LanguageInventory.adopt``);
-* at inference (``fairseq-interactive`` passes no ids) the ids come from ``-s``/``-t``;
+* at inference (``fairseq-interactive`` passes no ids) the ids come from ``-s``/``-t``; one bad input
+  line (not UTF-8, too long) is replaced or skipped with a warning (``interactive_input``);
+* binarized data is checked before fairseq opens it (``data.binarized``), the language-token flags are
+  stored with the inventory and checked on load, bad options are one-line errors;
 * options are a ``FairseqDataclass`` so ``fairseq-hydra-train`` works too.
 """
 
@@ -19,6 +22,7 @@ from enum import Enum
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import torch
 from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
@@ -28,7 +32,10 @@ from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleE
 from fairseq.utils import csv_str_list, eval_str_dict
 from omegaconf import II, OmegaConf
 
+from ..data.binarized import sentence_count
 from ..languages import LanguageInventory
+from ..user_errors import fairseq_cli
+from .interactive_input import decodable, tolerate_undecodable_stdin, warn_too_long
 from .language_tagged_dataset import LanguageTaggedDataset, attach_lang_ids
 
 logger = logging.getLogger(__name__)
@@ -137,6 +144,35 @@ def check_dictionaries(args):
             )
 
 
+def check_options(args):
+    """Options fairseq would accept and then fail on deep inside (or, for fairseq-interactive, only after
+    the first input line): one line naming the problem and the fix."""
+    if args.sampling_method == "temperature" and not float(args.sampling_temperature) > 0:
+        raise ValueError(f"--sampling-temperature {float(args.sampling_temperature)}: the temperature must be > 0 "
+                         "(pairs are sampled in proportion to n^(1/T): 1 follows the data sizes, larger values are "
+                         "flatter, the papers use 5)")
+    if fairseq_cli() == "fairseq-interactive":
+        require_direction(args)
+        tolerate_undecodable_stdin()
+
+
+def require_direction(args):
+    if args.source_lang is None or args.target_lang is None:
+        langs = ",".join(args.langs) if args.langs else "the inventory"
+        raise ValueError(f"translating raw text needs its direction: pass -s SRC -t TGT (languages of --langs {langs})")
+
+
+def check_binarized(split, data_path, src, tgt):
+    """An empty or truncated split of a direction, before fairseq's memory-mapped reader fails on it."""
+    for a, b in ((src, tgt), (tgt, src)):
+        prefix = os.path.join(data_path, f"{split}.{a}-{b}.")
+        if os.path.exists(prefix + f"{src}.idx"):
+            for lang in (src, tgt):
+                if os.path.exists(prefix + f"{lang}.idx"):
+                    sentence_count(prefix + lang)
+            return
+
+
 class LangshareDatasetManager(MultilingualDatasetManager):
     """fairseq's multilingual data manager whose per-direction datasets carry language codes."""
 
@@ -161,6 +197,7 @@ class LangshareDatasetManager(MultilingualDatasetManager):
         return shards
 
     def load_a_dataset(self, **kwargs):
+        check_binarized(kwargs["split"], kwargs["data_path"], kwargs["src"], kwargs["tgt"])
         dataset = super().load_a_dataset(**kwargs)
         return LanguageTaggedDataset(dataset, kwargs["src"], kwargs["tgt"], self.inventory)
 
@@ -176,6 +213,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         args = options_as_namespace(cfg)
+        check_options(args)
         check_dictionaries(args)
         langs, dicts, training = MultilingualDatasetManager.prepare(cls.load_dictionary, args, **kwargs)
         return cls(args, langs, dicts, training)
@@ -183,11 +221,17 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
     def __init__(self, args, langs, dicts, training):
         super().__init__(args, langs, dicts, training)
         uses_langtoks = any(spec for specs in args.langtoks.values() for spec in specs if spec)
+        encoder_spec, decoder_spec = args.langtoks.get("main", (None, None))
         self.inventory = LanguageInventory(
             langs,
             order_fixed_by="language tokens (--encoder-langtok/--decoder-langtok) are numbered in --langs order"
             if uses_langtoks else "",
+            tokens={"encoder-langtok": encoder_spec or "", "decoder-langtok": decoder_spec or "",
+                    "lang-tok-style": args.lang_tok_style or "",
+                    "lang-tok-replacing-bos-eos": "1" if args.lang_tok_replacing_bos_eos else ""},
         )
+        self._input_lines = 0  # raw lines fairseq-interactive has handed over so far
+        self._first_input_line = None  # the first line of the buffer being tokenized
         self.data_manager = LangshareDatasetManager(
             args, self.lang_pairs, langs, dicts, self.sampling_method, self.inventory
         )
@@ -196,18 +240,39 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         model = super().build_model(cfg, from_checkpoint)
         if hasattr(model, "attach_inventory"):
             model.attach_inventory(self.inventory)
+        if not from_checkpoint and hasattr(model, "check_training_run"):  # a run starts (not a decoding)
+            model.check_training_run(cfg)
         return model
 
+    def get_interactive_tokens_and_lengths(self, lines, encode_fn):
+        first = self._input_lines + 1
+        self._input_lines += len(lines)
+        lines = [decodable(line, first + i) for i, line in enumerate(lines)]
+        tokens, lengths = super().get_interactive_tokens_and_lengths(lines, encode_fn)
+        self._first_input_line = first
+        return tokens, lengths
+
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        require_direction(self.args)
         dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
-        return LanguageTaggedDataset(dataset, self.args.source_lang, self.args.target_lang, self.inventory)
+        dataset = LanguageTaggedDataset(dataset, self.args.source_lang, self.args.target_lang, self.inventory)
+        dataset.first_input_line, self._first_input_line = self._first_input_line, None  # for warnings
+        return dataset
 
     def get_batch_iterator(self, dataset, *args, required_batch_size_multiple=1, **kwargs):
         """fairseq 0.12's ``data_utils.batch_by_size`` drops a last batch whose size is not a
         multiple of ``--required-batch-size-multiple`` (default 8): at generation and
-        validation that silently loses sentences. Only the training split keeps the multiple."""
+        validation that silently loses sentences. Only the training split keeps the multiple.
+        A fairseq-interactive input line longer than the model's positions is skipped with a
+        warning instead of ending the session (the hub interface keeps fairseq's error: its
+        outputs are aligned with its inputs by position)."""
         if dataset is not self.datasets.get(getattr(self.args, "train_subset", "train")):
             required_batch_size_multiple = 1
+        max_positions = kwargs.get("max_positions")
+        if getattr(dataset, "first_input_line", None) is not None and max_positions is not None:
+            _, ignored = dataset.filter_indices_by_size(np.arange(len(dataset)), max_positions)
+            warn_too_long(dataset, ignored, max_positions, dataset.first_input_line)
+            kwargs["ignore_invalid_inputs"] = True
         return super().get_batch_iterator(
             dataset, *args, required_batch_size_multiple=required_batch_size_multiple, **kwargs
         )

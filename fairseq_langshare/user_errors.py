@@ -1,0 +1,101 @@
+"""The plugin's errors as one line at the command line.
+
+Bad input gets one line that names the problem and the fix. ``langshare`` prints it itself (``cli.main``).
+In fairseq's console scripts (``fairseq-train``, ``-generate``, ``-interactive``, ...) the plugin's errors
+travel through fairseq's code, so importing the package there (``--user-dir``) installs a ``sys.excepthook``
+that prints an uncaught error *raised by the plugin* the way argparse reports a bad option,
+``fairseq-train: error: <message>``, instead of a traceback (exit status 1, as before). Nothing of fairseq is
+patched: fairseq's own errors keep their traceback, and so does every error outside a fairseq console script
+(tests, notebooks, library use). ``LANGSHARE_TRACEBACK=1`` keeps the traceback everywhere.
+
+An error is the plugin's when its class is defined in the package, or when the package's code raised it with a
+``raise`` statement (a deliberate refusal, not a bug surfacing from a call), or when such an error is what a
+wrapper re-raised (fairseq's trainer turns any failed ``load_state_dict`` into "please ensure that the
+architectures match").
+"""
+
+import dis
+import os
+import sys
+from typing import Optional
+
+__all__ = ["fairseq_cli", "plugin_error", "error_line", "install"]
+
+PACKAGE = __name__.rsplit(".", 1)[0]
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# what a deliberate refusal raises; NotImplementedError (a RuntimeError) marks a bug, not bad input
+_REFUSALS = (ValueError, LookupError, OSError, RuntimeError)
+
+
+def fairseq_cli() -> Optional[str]:
+    """The fairseq console script this process runs (``fairseq-train``, ...), or None."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if name.startswith("fairseq-"):
+        return name
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)  # python -m fairseq_cli.train
+    if spec is not None and spec.name.startswith("fairseq_cli."):
+        return "fairseq-" + spec.name.split(".")[1].replace("_", "-")
+    return None
+
+
+def _raised_here(error: BaseException) -> bool:
+    """Whether the innermost frame is the package's and stopped at a ``raise`` statement."""
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    if not os.path.abspath(code.co_filename).startswith(PACKAGE_DIR + os.sep):
+        return False
+    return any(i.offset == tb.tb_lasti and i.opname == "RAISE_VARARGS" for i in dis.get_instructions(code))
+
+
+def _is_plugins(error: BaseException) -> bool:
+    module = type(error).__module__
+    if (module == PACKAGE or module.startswith(PACKAGE + ".")) and isinstance(error, Exception):
+        return True
+    return (isinstance(error, _REFUSALS) and not isinstance(error, NotImplementedError)
+            and _raised_here(error))
+
+
+def plugin_error(error: BaseException) -> Optional[BaseException]:
+    """The plugin's error that ``error`` is or wraps (its cause or context), or None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if _is_plugins(error):
+            return error
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return None
+
+
+def message(error: BaseException) -> str:
+    """The one-line message of an exception (a KeyError's is its argument, not its repr)."""
+    text = error.args[0] if isinstance(error, KeyError) and error.args else error
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def error_line(error: BaseException, prog: str) -> Optional[str]:
+    """``PROG: error: MESSAGE`` for the plugin's error in ``error``; None leaves the traceback to Python."""
+    found = plugin_error(error)
+    return None if found is None else f"{prog}: error: {message(found)}"
+
+
+def install() -> None:
+    """In a fairseq console script, print the plugin's uncaught errors as one line (see the module doc)."""
+    prog = fairseq_cli()
+    if prog is None or os.environ.get("LANGSHARE_TRACEBACK") or getattr(sys.excepthook, "_langshare", False):
+        return
+    previous = sys.excepthook
+
+    def excepthook(exc_type, error, tb):
+        line = error_line(error, prog) if isinstance(error, Exception) else None
+        if line is None:
+            return previous(exc_type, error, tb)
+        sys.stdout.flush()
+        print(line, file=sys.stderr)
+
+    excepthook._langshare = True
+    sys.excepthook = excepthook

@@ -1,0 +1,460 @@
+"""Bad input and faults (issue 19): every case ends in one line that names the problem and the fix, from
+``langshare`` and as the last line of fairseq's CLIs (the plugin's excepthook prints it without a traceback),
+and loses nothing: outputs are checked before the work, never written over an input, never half-written.
+
+Most cases run in process: ``langshare`` through ``cli.main`` (exit status and stderr), fairseq's CLIs through
+their entry points, whose exception goes through ``user_errors.error_line`` -- the function the excepthook
+installed in ``fairseq-train``/``-generate``/``-interactive`` prints. Two subprocess runs check that the hook is
+really installed and that a ``fairseq-interactive`` session survives bad lines.
+"""
+
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+import torch
+
+from fairseq_langshare import cli, evaluation
+from tiny_corpus import generate, task_args, train
+
+BIN = Path(sys.executable).parent
+TRAIN = ["--arch", "langshare_transformer_tiny", "--criterion", "langshare_label_smoothed_cross_entropy",
+         "--optimizer", "adam", "--lr", "0.005", "--max-tokens", "1000", "--cpu", "--num-workers", "0", "--seed", "1",
+         "--disable-validation", "--no-epoch-checkpoints", "--log-format", "json"]
+GEN = ["--gen-subset", "test", "-s", "en", "-t", "xx", "--beam", "2", "--cpu", "--max-tokens", "1000"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread(one_thread):
+    yield
+
+
+@pytest.fixture(scope="module")
+def run(corpus, tmp_path_factory):
+    """A 4-update run with --encoder-langtok tgt: update checkpoints after 2 and 4 updates, checkpoint_last.pt."""
+    save = tmp_path_factory.mktemp("faults") / "ckpt"
+    train(task_args(corpus) + TRAIN + ["--max-update", "4", "--save-interval-updates", "2", "--save-dir", str(save)])
+    return save
+
+
+@pytest.fixture
+def eval_corpus(corpus, tmp_path):
+    """The tiny corpus laid out as `langshare evaluate` reads it (manifest.json, raw/, bin/), a private copy."""
+    root = tmp_path / "corpus"
+    shutil.copytree(corpus["bin"], root / "bin")
+    shutil.copytree(corpus["raw"], root / "raw")
+    (root / "manifest.json").write_text(json.dumps({"pivot": "en", "data_bin": "bin",
+                                                    "train_pairs_per_language": {"xx": 300, "yy": 300}}))
+    return root
+
+
+def last_line(text):
+    lines = [l for l in text.replace("\r", "\n").splitlines() if l.strip()]
+    return lines[-1] if lines else ""
+
+
+def langshare(capsys, *argv):
+    """`langshare ARGV` in process: (exit status, last line of stderr)."""
+    capsys.readouterr()
+    try:
+        code = cli.main([str(a) for a in argv])
+    except SystemExit as exit_:
+        code = exit_.code
+    return code, last_line(capsys.readouterr().err)
+
+
+def fairseq_error(entry, *args, prog="fairseq-train"):
+    """Run a fairseq CLI in process; return the line its excepthook prints for the failure."""
+    with pytest.raises(BaseException) as info:
+        entry(*args)
+    from fairseq_langshare.user_errors import error_line
+
+    line = error_line(info.value, prog)
+    assert line is not None, f"a traceback, not one line: {info.value!r}"
+    assert "\n" not in line
+    return line
+
+
+def snapshot(directory):
+    """Names, sizes and hashes of the files under ``directory``: nothing written, nothing half-written."""
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(directory).rglob("*")) if p.is_file()}
+
+
+def broken_copy(source, kind, target):
+    data = Path(source).read_bytes()
+    target.write_bytes({"truncated": data[: len(data) // 3], "zero-byte": b"",
+                        "random-bytes": os.urandom(5000)}[kind])
+    return target
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+@pytest.mark.parametrize("kind", ["truncated", "zero-byte", "random-bytes"])
+def test_broken_checkpoint_is_one_line_everywhere(corpus, run, tmp_path, capsys, kind):
+    """fairseq-generate, langshare export and langshare recipe average: one line naming the file, why, and the
+    newest readable checkpoint next to it; never torch's advice to switch weights-only loading off."""
+    save = tmp_path / "ckpt"
+    shutil.copytree(run, save)
+    bad = broken_copy(run / "checkpoint_last.pt", kind, save / "checkpoint_last.pt")
+    before = snapshot(save)
+    line = fairseq_error(generate, task_args(corpus) + ["--path", str(bad)] + GEN, prog="fairseq-generate")
+    assert line.startswith(f"fairseq-generate: error: cannot read checkpoint {bad}")
+    newest = max(save.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.split("_")[-1]))
+    assert f"the newest readable checkpoint next to it is {newest}" in line
+    assert "weights_only" not in line and "allow-list" not in line
+    code, line = langshare(capsys, "export", bad, "--src", "en", "--tgt", "xx", "--out", tmp_path / "en-xx.pt")
+    assert code == 2 and line.startswith(f"langshare export: error: cannot read checkpoint {bad}")
+    code, line = langshare(capsys, "recipe", "average", "--inputs", newest, bad, "--out", tmp_path / "avg.pt")
+    assert code == 2 and line.startswith(f"langshare recipe: error: cannot read checkpoint {bad}")
+    assert "weights_only" not in line
+    assert snapshot(save) == before and not (tmp_path / "en-xx.pt").exists() and not (tmp_path / "avg.pt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary file left behind
+
+
+def test_resume_from_a_truncated_checkpoint_last_names_the_one_to_resume_from(corpus, run, tmp_path):
+    save = tmp_path / "ckpt"
+    shutil.copytree(run, save)
+    broken_copy(run / "checkpoint_last.pt", "truncated", save / "checkpoint_last.pt")
+    before = snapshot(save)
+    newest = max(save.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.split("_")[-1]))
+    line = fairseq_error(train, task_args(corpus) + TRAIN + ["--max-update", "6", "--save-dir", str(save)])
+    assert line.startswith(f"fairseq-train: error: cannot read checkpoint {save / 'checkpoint_last.pt'}")
+    assert line.endswith(f"the newest readable checkpoint next to it is {newest}: to resume training from it, "
+                         "move checkpoint_last.pt aside and copy that file to checkpoint_last.pt")
+    assert snapshot(save) == before
+
+
+@pytest.mark.parametrize("change,message", [
+    (["--langs", "yy,en,xx"], "numbered in --langs order; pass --langs en,xx,yy"),
+    (["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "SRC={1}"],
+     r"the checkpoint holds a langshare_transformer_tiny model but this run builds lsl_transformer_tiny "
+     r"\(.*\); resume with the flags it was trained with \(--arch langshare_transformer_tiny\) or train into "
+     r"another --save-dir"),
+])
+def test_resume_with_other_flags_names_the_mismatch(corpus, run, tmp_path, change, message):
+    """fairseq's trainer wraps the model's own error into "ensure that the architectures match"; the line
+    printed is the plugin's."""
+    import re
+
+    save = tmp_path / "ckpt"
+    shutil.copytree(run, save)
+    before = snapshot(save)
+    argv = task_args(corpus) + TRAIN + ["--max-update", "6", "--save-dir", str(save)]
+    for flag in change[::2]:  # replace the flag's value
+        if flag in argv:
+            del argv[argv.index(flag): argv.index(flag) + 2]
+    line = fairseq_error(train, argv + change)
+    assert re.search(message, line), line
+    assert snapshot(save) == before
+
+
+# ----------------------------------------------------------------------------- silent cases
+
+@pytest.mark.parametrize("flags,message", [
+    ([], "trained with --encoder-langtok tgt but this run has no --encoder-langtok; pass --encoder-langtok tgt"),
+    (["--encoder-langtok", "src"], "trained with --encoder-langtok tgt but this run has --encoder-langtok src; "
+                                   "pass --encoder-langtok tgt"),
+    (["--encoder-langtok", "tgt", "--decoder-langtok"], "trained with no --decoder-langtok but this run has "
+                                                        "--decoder-langtok; drop --decoder-langtok"),
+    (["--encoder-langtok", "tgt", "--lang-tok-style", "mbart"],
+     "trained with --lang-tok-style multilingual but this run has --lang-tok-style mbart; "
+     "pass --lang-tok-style multilingual"),
+])
+def test_language_token_settings_are_checked_on_load(corpus, run, flags, message):
+    """A checkpoint decoded with other language-token flags used to translate into garbage without a word."""
+    argv = task_args(corpus, langtok=False) + flags + ["--path", str(run / "checkpoint_last.pt")] + GEN
+    assert message in fairseq_error(generate, argv, prog="fairseq-generate")
+
+
+def test_language_token_settings_travel_with_the_inventory(run):
+    from fairseq_langshare.languages import decode_inventory, decode_settings
+
+    stored = torch.load(run / "checkpoint_last.pt", weights_only=True)["model"]["lang_inventory"]
+    assert decode_inventory(stored) == ["en", "xx", "yy"]
+    assert decode_settings(stored) == {"arch": "langshare_transformer_tiny", "encoder-langtok": "tgt",
+                                       "decoder-langtok": "", "lang-tok-style": "multilingual",
+                                       "lang-tok-replacing-bos-eos": ""}
+
+
+def test_sparse_t_bar_past_max_update_is_refused_at_start_up(corpus, tmp_path, caplog):
+    sparse = TRAIN + ["--arch", "adaptive_sparse_transformer_tiny", "--save-dir", str(tmp_path / "s")]
+    line = fairseq_error(train, task_args(corpus) + sparse + ["--max-update", "20", "--sparse-t-bar", "50"])
+    assert line == ("fairseq-train: error: --sparse-t-bar 50 is past --max-update 20: the run would end in phase 1 "
+                    "of Algorithm 1 and never select a sub-network; pass --sparse-t-bar below 20 or --max-update "
+                    "above 50")
+    assert not list((tmp_path / "s").iterdir())  # fairseq-train made the directory; nothing in it
+    from fairseq_langshare.models.adaptive_sparse_transformer import check_t_bar
+
+    with caplog.at_level(logging.WARNING):
+        check_t_bar(20, 20)  # a phase-1 run to be resumed with more updates: allowed, with the numbers
+    assert "--sparse-t-bar 20 = --max-update 20: this run ends where phase 2 begins" in caplog.text
+    check_t_bar(10, 20)
+    check_t_bar(50, 0)  # no --max-update: the end of the run is unknown
+
+
+# ----------------------------------------------------------------------------- fairseq CLI flags and data
+
+@pytest.mark.parametrize("case", ["lsl-spec", "clsr-budget", "latent-depth", "sparse-budget", "task-without-ids",
+                                  "sampling-temperature-0"])
+def test_option_errors_are_the_last_line_of_fairseq_train(corpus, tmp_path, case):
+    flags, message = {
+        "lsl-spec": (["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "SRC={7}"], "layer 7"),
+        "clsr-budget": (["--arch", "clsr_transformer_tiny", "--clsr-budget", "1.5"],
+                        r"--clsr-budget 1.5 is outside [0, 1]"),
+        "latent-depth": (["--arch", "latent_depth_transformer_tiny", "--latent-decoder-target-depth", "9"],
+                         "--latent-decoder-target-depth 9 is outside 0..4"),
+        "sparse-budget": (["--arch", "adaptive_sparse_transformer_tiny", "--sparse-decoder-keep-heads", "5"],
+                          "--sparse-decoder-keep-heads 5 is outside 1..4"),
+        "task-without-ids": (["--arch", "clsr_transformer_tiny", "--task", "translation_multi_simple_epoch"],
+                             "multilingual_langshare"),
+        "sampling-temperature-0": (["--sampling-method", "temperature", "--sampling-temperature", "0"],
+                                   "--sampling-temperature 0.0: the temperature must be > 0"),
+    }[case]
+    argv = task_args(corpus) + TRAIN + ["--max-update", "2", "--save-dir", str(tmp_path / "s")]
+    for flag in flags[::2]:
+        if flag.startswith("--") and flag in argv:
+            del argv[argv.index(flag): argv.index(flag) + 2]
+    line = fairseq_error(train, argv + flags)
+    assert line.startswith("fairseq-train: error: ") and message in line, line
+    assert not list((tmp_path / "s").iterdir())  # fairseq-train made the directory; nothing in it
+
+
+def interactive(corpus, checkpoint, stdin, *flags):
+    """fairseq-interactive in process, reading ``stdin`` (bytes) as Python decodes it under a C.UTF-8 locale."""
+    from fairseq import options
+    from fairseq_cli import interactive as interactive_cli
+
+    parser = options.get_interactive_generation_parser()
+    args = options.parse_args_and_arch(parser, task_args(corpus) + [
+        "--path", str(checkpoint), "--beam", "2", "--cpu", "--input", "-", *flags])
+    out, saved = io.StringIO(), sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape")
+    try:
+        with redirect_stdout(out):
+            interactive_cli.main(args)
+    finally:
+        sys.stdin = saved
+    return out.getvalue()
+
+
+def test_interactive_without_a_direction_is_one_line(corpus, run):
+    line = fairseq_error(interactive, corpus, run / "checkpoint_last.pt", b"cat dog\n", prog="fairseq-interactive")
+    assert line == ("fairseq-interactive: error: translating raw text needs its direction: pass -s SRC -t TGT "
+                    "(languages of --langs en,xx,yy)")
+
+
+def test_interactive_survives_non_utf8_and_over_long_lines(corpus, run, caplog):
+    """The task guards its input handling: a line with invalid bytes is translated with them replaced, an
+    over-long one is skipped with a warning; every other line is translated."""
+    stdin = b"cat dog\nred \xff\xfe tree\n" + b" ".join([b"cat"] * 1100) + b"\nbig house\n"
+    with caplog.at_level(logging.WARNING):
+        out = interactive(corpus, run / "checkpoint_last.pt", stdin, "-s", "en", "-t", "xx", "--buffer-size", "4",
+                          "--batch-size", "4")
+    ids = sorted(int(l.split("\t")[0][2:]) for l in out.splitlines() if l.startswith("H-"))
+    assert ids == [0, 1, 3]
+    assert "input line 2 is not valid UTF-8: its invalid bytes were replaced by U+FFFD" in caplog.text
+    assert "input line 3 has 1101 tokens, more than the model's 1024 positions: skipped" in caplog.text
+
+
+@pytest.mark.parametrize("fault,message", [
+    ("empty", r"test.en-xx.en.idx: the test data of en-xx is empty \(0 sentences\)"),
+    ("truncated-idx", r"test.en-xx.en.idx is truncated or corrupt \(30 bytes; its header announces 20 sentences"),
+    ("truncated-bin", r"test.en-xx.xx.bin is truncated or corrupt"),
+])
+def test_empty_or_truncated_binarized_data_is_one_line(corpus, run, eval_corpus, tmp_path, capsys, fault, message):
+    import re
+
+    data = eval_corpus / "bin"
+    prefix = data / "test.en-xx"
+    if fault == "empty":
+        for lang in ("en", "xx"):  # what fairseq-preprocess writes for an empty file
+            (data / f"test.en-xx.{lang}.bin").write_bytes(b"")
+            idx = (data / f"test.en-xx.{lang}.idx").read_bytes()
+            (data / f"test.en-xx.{lang}.idx").write_bytes(idx[:18] + (0).to_bytes(8, "little"))
+    elif fault == "truncated-idx":
+        Path(f"{prefix}.en.idx").write_bytes(Path(f"{prefix}.en.idx").read_bytes()[:30])
+    else:
+        Path(f"{prefix}.xx.bin").write_bytes(Path(f"{prefix}.xx.bin").read_bytes()[:-5])
+    argv = [str(data)] + task_args(corpus)[1:] + ["--path", str(run / "checkpoint_last.pt")] + GEN
+    line = fairseq_error(generate, argv, prog="fairseq-generate")
+    assert re.search(message, line) and "fairseq-preprocess" in line, line
+    code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx",
+                           "--out-json", tmp_path / "r.json")
+    assert code == 2 and re.search(message, line), line
+    assert not (tmp_path / "r.json").exists()
+
+
+# ----------------------------------------------------------------------------- langshare commands
+
+@pytest.fixture
+def no_decoding(monkeypatch):
+    """Refusals must come before any decoding."""
+    def fail(*args, **kwargs):
+        raise AssertionError("decoded before refusing")
+    monkeypatch.setattr(evaluation, "_translate", fail)
+
+
+def unwritable_dir(tmp_path):
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o555)
+        return locked
+    return Path("/sys")  # root writes anywhere a mode allows; sysfs refuses new files
+
+
+@pytest.mark.parametrize("case", ["unwritable", "parent-is-a-file", "out-is-a-directory", "md-unwritable",
+                                  "more-references", "fewer-references"])
+def test_evaluate_refuses_before_decoding(run, eval_corpus, tmp_path, capsys, no_decoding, case):
+    out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
+    out_json.write_text("{}\n")  # an earlier run's results: kept, and kept consistent with its markdown
+    out_md.write_text("earlier\n")
+    refs = eval_corpus / "raw" / "test.en-xx.xx"
+    message = {
+        "unwritable": f"cannot write --out-json {unwritable_dir(tmp_path)}/r.json: ",
+        "parent-is-a-file": f"cannot write --out-json {out_md}/r.json: {out_md} is a file, not a directory",
+        "out-is-a-directory": f"--out-json {tmp_path} is a directory; pass a file name",
+        "md-unwritable": f"cannot write --out-md {out_json}/r.md: {out_json} is a file, not a directory",
+        "more-references": f"{refs} has 21 lines but {eval_corpus}/bin/test.en-xx.en.bin holds 20 sentences",
+        "fewer-references": f"{refs} has 19 lines but {eval_corpus}/bin/test.en-xx.en.bin holds 20 sentences",
+    }[case]
+    argv = {"unwritable": ["--out-json", unwritable_dir(tmp_path) / "r.json"],
+            "parent-is-a-file": ["--out-json", out_md / "r.json"], "out-is-a-directory": ["--out-json", tmp_path],
+            "md-unwritable": ["--out-json", out_json, "--out-md", out_json / "r.md"]}.get(case, ["--out-json", out_json])
+    if case == "more-references":
+        refs.write_text(refs.read_text() + "one line too many\n")
+    elif case == "fewer-references":
+        refs.write_text("".join(refs.read_text().splitlines(keepends=True)[:-1]))
+    before = snapshot(tmp_path)
+    code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx", *argv)
+    assert code == 2 and line.startswith("langshare evaluate: error: ") and message in line, line
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed interrupt
+def test_ctrl_c_during_evaluate_is_not_swallowed(run, eval_corpus, tmp_path, capsys, monkeypatch):
+    """A KeyboardInterrupt raised inside a finalizer (the DataLoader's shutdown, an import lock's callback) is
+    printed as "Exception ignored" and dropped by Python; evaluate must still stop, write nothing and not exit 0."""
+    class Finalizer:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)
+
+    def translate(argv, results_dir, split, expected):
+        Finalizer()  # Ctrl-C lands while fairseq's DataLoader shuts down
+        return ["x"] * expected, 0
+
+    monkeypatch.setattr(evaluation, "_translate", translate)
+    code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx,en-yy",
+                           "--out-json", tmp_path / "r.json")
+    assert code == 130 and line == ("langshare evaluate: interrupted (Ctrl-C) before it finished; no file was left "
+                                    "half-written")
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_evaluate_writes_json_and_markdown_of_one_run_together(tmp_path):
+    from fairseq_langshare.atomic_files import write_files_atomic
+
+    out = {tmp_path / "r.json": "{}\n", tmp_path / "sub" / "r.md": "table\n"}
+    write_files_atomic({path: (lambda tmp, text=text: tmp.write_text(text)) for path, text in out.items()})
+    assert {p: p.read_text() for p in out} == out
+
+    def fails(tmp):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_files_atomic({tmp_path / "r.json": lambda tmp: tmp.write_text("new\n"), tmp_path / "sub" / "r.md": fails})
+    assert {p: p.read_text() for p in out} == out  # neither replaced
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["r.json", "r.md", "sub"]
+
+
+@pytest.mark.parametrize("content", ['{"a": 1}', "[1, 2]", '{"directions": [1]}', '{"directions": {"en-xx": 3}}'])
+def test_compare_refuses_a_json_that_is_not_a_results_file(tmp_path, capsys, content):
+    path = tmp_path / "notes.json"
+    path.write_text(content)
+    code, line = langshare(capsys, "compare", path)
+    assert code == 2 and line == (f"langshare compare: error: {path} is not a `langshare evaluate` results file (no "
+                                  "'directions' table of per-direction scores): pass files written by langshare "
+                                  "evaluate --out-json")
+
+
+@pytest.mark.parametrize("case", ["out-is-the-input", "parent-is-a-file"])
+def test_export_and_average_never_write_over_an_input(run, tmp_path, capsys, case):
+    save = tmp_path / "ckpt"
+    shutil.copytree(run, save)
+    before = snapshot(tmp_path)
+    ckpt = save / "checkpoint_last.pt"
+    out = ckpt if case == "out-is-the-input" else ckpt / "en-xx.pt"
+    message = (f"--out {out} would overwrite an input or another output of this command; write to another path"
+               if case == "out-is-the-input"
+               else f"cannot write --out {out}: {ckpt} is a file, not a directory; choose another path")
+    code, line = langshare(capsys, "export", ckpt, "--src", "en", "--tgt", "xx", "--out", out)
+    assert code == 2 and line == f"langshare export: error: {message}"
+    code, line = langshare(capsys, "recipe", "average", "--inputs", save / "checkpoint_1_2.pt", ckpt, "--out", out)
+    assert code == 2 and line == f"langshare recipe: error: {message}"
+    assert snapshot(tmp_path) == before
+
+
+def test_exported_checkpoint_translates_every_sentence_with_the_printed_command(corpus, run, tmp_path, capsys):
+    """fairseq 0.12 drops the last batch when its size is not a multiple of --required-batch-size-multiple
+    (default 8): plain fairseq-generate on an export translated 16 of 20 sentences. The command export prints
+    passes --required-batch-size-multiple 1."""
+    import shlex
+
+    out = tmp_path / "en-xx.pt"
+    assert cli.main(["export", str(run / "checkpoint_last.pt"), "--src", "en", "--tgt", "xx", "--out", str(out)]) == 0
+    printed = [l for l in capsys.readouterr().out.splitlines() if "fairseq-generate" in l]
+    assert printed, "export prints the command that translates with the export"
+    argv = shlex.split(printed[-1].split("fairseq-generate", 1)[1].replace("DATA", str(corpus["bin"])))
+    assert "--required-batch-size-multiple" in argv and "--user-dir" not in argv
+    assert len(generate(argv + ["--cpu"])) == 20
+    without = argv[: argv.index("--required-batch-size-multiple")] + argv[argv.index("--required-batch-size-multiple") + 2:]
+    assert len(generate(without + ["--cpu"])) == 16  # what the flag avoids
+
+
+# ----------------------------------------------------------------------------- real processes
+
+def cli_run(argv, stdin=None, env=None):
+    proc = subprocess.run([str(a) for a in argv], input=stdin, capture_output=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+
+
+@pytest.mark.slow
+def test_fairseq_train_prints_the_plugins_error_as_its_last_line(corpus, run, tmp_path):
+    """The excepthook is installed in a real fairseq-train: a resume with a reordered --langs (the plugin's
+    refusal, which fairseq's trainer wraps into its generic message) ends in one line, no traceback."""
+    save = tmp_path / "ckpt"
+    shutil.copytree(run, save)
+    before = snapshot(save)
+    code, _, err = cli_run([BIN / "fairseq-train"] + task_args(corpus, langs=["yy", "en", "xx"]) + TRAIN
+                           + ["--max-update", "6", "--save-dir", save])
+    assert code == 1 and last_line(err).startswith(
+        "fairseq-train: error: the checkpoint was trained with --langs en,xx,yy but this run orders them yy,en,xx"), err[-2000:]
+    assert "Traceback" not in err and snapshot(save) == before
+
+
+@pytest.mark.slow
+def test_fairseq_interactive_session_survives_bad_lines(corpus, run, tmp_path):
+    """A real session: stdin decoded strictly (PYTHONIOENCODING=utf-8:strict, as in an en_US.UTF-8 locale),
+    sentencepiece BPE (whose encoder fails on undecodable input), one non-UTF-8 and one over-long line."""
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(input=str(corpus["raw"] / "train.en-xx.en"), model_prefix=str(tmp_path / "spm"),
+                                   vocab_size=40, hard_vocab_limit=False, minloglevel=2)
+    stdin = b"cat dog\nred \xff tree\n" + b" ".join([b"cat"] * 1100) + b"\nbig house\n"
+    code, out, err = cli_run([BIN / "fairseq-interactive"] + task_args(corpus) + [
+        "--path", run / "checkpoint_last.pt", "-s", "en", "-t", "xx", "--cpu", "--bpe", "sentencepiece",
+        "--sentencepiece-model", tmp_path / "spm.model"], stdin=stdin, env={"PYTHONIOENCODING": "utf-8:strict"})
+    assert code == 0, err[-2000:]
+    assert sorted(int(l.split("\t")[0][2:]) for l in out.splitlines() if l.startswith("H-")) == [0, 1, 3]
+    assert "input line 2 is not valid UTF-8" in out + err and "input line 3 has" in out + err
