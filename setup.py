@@ -22,6 +22,6 @@ setup(
         "matplotlib",
         "tqdm",
     ],
-    extras_require={"test": ["pytest"]},
+    extras_require={"test": ["pytest"], "deploy": ["ctranslate2>=4"]},
     entry_points={"console_scripts": ["langshare = fairseq_langshare.cli:main"]},
 )
