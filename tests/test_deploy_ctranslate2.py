@@ -182,6 +182,58 @@ def test_fairseq_only_flags_need_the_ctranslate2_format(trained, tmp_path, capsy
     assert not list(tmp_path.iterdir())
 
 
+# every model whose pair network `langshare export` writes as a plain transformer
+PLAIN_EXPORTS = {
+    "baseline": ("langshare_transformer_tiny", []),
+    "lsl": ("lsl_transformer_tiny", ["--lsl-encoder-layers", "SRC={1} & TGT={3,4}", "--lsl-separate-decoder"]),
+    "latent_depth": ("latent_depth_transformer_tiny", []),
+    "adaptive_sparse_ffn_layer": ("adaptive_sparse_transformer_tiny", ["--sparse-types", "ffn,layer", "--sparse-t-bar", "4"]),
+    "multistack": ("langshare_multistack_transformer_tiny", ["--multi-encoder", "src-lang", "--multi-decoder", "tgt-lang"]),
+}
+
+
+def save_untrained(model, args, path):
+    """A checkpoint as fairseq-train writes it (cfg as plain containers), of a freshly built model."""
+    import torch
+
+    from fairseq_langshare.export import _plain
+
+    cfg = _plain(args)
+    torch.save({"args": None, "cfg": {"model": cfg, "task": cfg}, "model": model.state_dict(),
+                "optimizer_history": [{"criterion_name": "c", "optimizer_name": "o", "lr_scheduler_state": {"best": None},
+                                       "num_updates": 0}],
+                "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}}}, path)
+    return path
+
+
+@needs_ctranslate2
+@pytest.mark.parametrize("method", list(PLAIN_EXPORTS))
+def test_every_plain_export_scores_like_the_full_model(spm_corpus, tmp_path, method):
+    """CTranslate2's log-probabilities of the reference translations (forced decoding) equal the
+    full multilingual model's for the pair, token by token: the conversion is exact for every method."""
+    import torch
+
+    arch, flags = PLAIN_EXPORTS[method]
+    corpus = {"bin": spm_corpus / "bin", "langs": LANGS, "pairs": PAIRS}
+    task, model, args = build_task_and_model(corpus, arch=arch, extra=["--share-all-embeddings", *flags])
+    model.eval()
+    ckpt = save_untrained(model, args, tmp_path / "model.pt")
+    export_ctranslate2(ckpt, "en", "fr", tmp_path / "ct2", verbose=False)
+    translator = PairTranslator(tmp_path / "ct2")
+    d = task.source_dictionary
+    src_id, tgt_id = LANGS.index("en"), LANGS.index("fr")
+    for source, target in list(zip(raw(spm_corpus, "en-fr", "en"), raw(spm_corpus, "en-fr", "fr")))[:8]:
+        src_pieces, tgt_pieces = translator.encode(source), translator.spm.encode(target, out_type=str)
+        src = torch.tensor([[d.index(p) for p in src_pieces] + [d.eos()]])
+        tgt = [d.index(p) for p in tgt_pieces] + [d.eos()]
+        with torch.no_grad():
+            logits = model(src_tokens=src, src_lengths=torch.tensor([src.size(1)]),
+                           prev_output_tokens=torch.tensor([[d.eos()] + tgt[:-1]]),
+                           src_lang_id=torch.tensor([src_id]), tgt_lang_id=torch.tensor([tgt_id]))[0]
+        expected = torch.log_softmax(logits[0].double(), -1)[torch.arange(len(tgt)), torch.tensor(tgt)]
+        got = torch.tensor(translator.translator.score_batch([src_pieces], [tgt_pieces])[0].log_probs, dtype=torch.double)
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
 @needs_ctranslate2
 @pytest.mark.parametrize("arch,flags,advice", [
     ("clsr_transformer_tiny", ["--clsr-encoder-lang", "tgt"], "translate the full checkpoint with fairseq-generate"),
