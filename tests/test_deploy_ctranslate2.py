@@ -152,6 +152,16 @@ def test_translate_cli_round_trip(spm_corpus, exported, tmp_path, capsys, monkey
 
 
 @needs_ctranslate2
+@pytest.mark.skipif(ctranslate2 is not None and ctranslate2.get_cuda_device_count() > 0, reason="a GPU is visible")
+def test_cuda_without_a_gpu_is_a_clear_error(exported, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("open the file\n")
+    assert langshare(["translate", str(exported["en-fr"][0]), "--input", str(tmp_path / "in.txt"), "--device",
+                      "cuda"]) == 2
+    assert capsys.readouterr().err.strip() == ("langshare translate: error: CTranslate2 sees no CUDA device here: use "
+                                               "--device cpu")
+
+
+@needs_ctranslate2
 def test_export_cli_writes_a_model_and_replaces_an_earlier_export(trained, tmp_path, capsys):
     out = tmp_path / "en-fr"
     for quantization in ("int8", "float32"):

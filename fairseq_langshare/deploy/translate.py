@@ -48,11 +48,15 @@ class PairTranslator:
         self.target_prefix = list(self.manifest["target_prefix"])
         self.max_positions = int(self.manifest.get("max_target_positions", 1024))
         self.spm = sentencepiece.SentencePieceProcessor(model_file=str(self.model_dir / self.manifest.get("spm_model", SPM_NAME)))
+        if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+            raise DeployError("CTranslate2 sees no CUDA device here: use --device cpu")
         try:
             self.translator = ctranslate2.Translator(str(self.model_dir), device=device, compute_type=compute_type,
                                                      inter_threads=1, intra_threads=threads)
-        except ValueError as error:  # e.g. a device or compute type this build cannot run
-            raise DeployError(f"CTranslate2 cannot load {self.model_dir} on {device}: {error}") from None
+        except (ValueError, RuntimeError) as error:  # e.g. a compute type this device cannot run
+            first = (str(error).strip().splitlines() or [""])[0]
+            raise DeployError(f"CTranslate2 cannot load {self.model_dir} on {device} ({first}): re-export it with "
+                              "another --quantization or use another --device") from None
 
     def encode(self, line: str) -> List[str]:
         """Source tokens as the model reads them (CTranslate2 appends EOS itself)."""
