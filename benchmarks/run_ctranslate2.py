@@ -3,7 +3,8 @@
     python -m benchmarks.run_ctranslate2 --corpus CORPUS --checkpoint CKPT --pair en-fr [--reps 5 ...]
 
 Four configurations decode the same test sentences of the pair (beam 4, one thread each), batch
-by batch in rotating order (as ``harness.interleaved``): fairseq's ``SequenceGenerator`` through the
+by batch in the orders of a Williams design (``harness.williams_orders``: each configuration
+in each position, and directly after each other one, equally often): fairseq's ``SequenceGenerator`` through the
 task on the full multilingual checkpoint and on the pair's exported plain ``transformer``
 checkpoint (the decoding path of fairseq-generate and of ``benchmarks.harness``), and CTranslate2
 on the pair exported with ``--format ctranslate2`` in float32 and int8 (``PairTranslator.decode``,
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .harness import PKG_DIR, decode_batch, interleaved
+from .harness import PKG_DIR, decode_batch, interleaved, williams_orders
 from .report import machine, stats, write_json
 from .run import REPO_ROOT, read_corpus
 
@@ -129,7 +130,7 @@ class DeployBenchmark:
         for rep in tqdm(range(warmup + reps), desc=f"{self.pair}: repetitions (4 configurations interleaved)",
                         unit="rep", disable=not progress):
             for metric, batches in (("single", self.single), ("batched", self.batched)):
-                wall, cpu, tokens = interleaved(batches, self.step, keys=CONFIGS)
+                wall, cpu, tokens = interleaved(batches, self.step, keys=CONFIGS, orders=williams_orders(CONFIGS))
                 if rep >= warmup:
                     for key in CONFIGS:
                         samples[metric][key].append(sum(tokens[key]) / wall[key])
@@ -187,7 +188,7 @@ def run(corpus: str, checkpoint: str, pair: str, reps: int = 5, warmup: int = 1,
                  "mean_source_tokens": bench.mean_source_tokens},
         "protocol": {"reps": reps, "warmup": warmup, "threads": threads, "seed": seed,
                      "order": "per repetition: batch 1, then batch N; within each, per batch the four "
-                              "configurations in rotating order (forward, then backward)"},
+                              "configurations in the orders of a 4x4 Williams design, cycled"},
         "metrics": metrics,
         "bytes_on_disk": forms["bytes"], "params": {"export": forms["params"], "full": forms["full_params"]},
         "identical_to_fairseq_export": {key: sum(hyps[key][i] == ref[i] for i in ref) for key in CONFIGS},
@@ -207,7 +208,8 @@ def markdown(result) -> str:
              f"and EOS) in {d['batches']} length-sorted batches of {d['batch_size']}, and {d['single_sentences']} of "
              f"them one at a time; beam {d['beam']}, fairseq-generate's length rules (each model stops by itself)",
              f"- protocol: {p['warmup']} warm-up + {p['reps']} measured repetitions; within each, batch by batch, the "
-             f"four configurations in rotating order; {p['threads']} thread each (torch and CTranslate2)",
+             f"four configurations in the orders of a Williams design (each in each position and right after each "
+             f"other one equally often); {p['threads']} thread each (torch and CTranslate2)",
              f"- machine: {m['nproc']} CPUs ({m['cpu']}), torch {m['torch']}, fairseq {m['fairseq']}, CTranslate2 "
              f"{m['ctranslate2']}; load average {m['loadavg_before'][0]:.2f} → {m['loadavg_after'][0]:.2f}; "
              f"wall time {result['elapsed_s']:.0f} s",
