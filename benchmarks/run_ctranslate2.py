@@ -145,7 +145,7 @@ def _ratios(samples, num: str, den: str) -> Dict:
 
 
 def run(corpus: str, checkpoint: str, pair: str, reps: int = 5, warmup: int = 1, beam: int = 4, single: int = 100,
-        batch_size: int = 64, threads: int = 1, seed: int = 1, work_dir=None, progress=True) -> Dict:
+        batch_size: int = 64, threads: int = 1, seed: int = 1, work_dir=None, progress=True, name=None) -> Dict:
     data, _, _ = read_corpus(corpus)
     src, tgt = pair.split("-")
     threads_before = torch.get_num_threads()
@@ -176,7 +176,7 @@ def run(corpus: str, checkpoint: str, pair: str, reps: int = 5, warmup: int = 1,
 
     mach["ctranslate2"] = ctranslate2.__version__
     return {
-        "name": f"ctranslate2-vs-fairseq-{pair}",
+        "name": name or f"ctranslate2-vs-fairseq-{pair}",
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "elapsed_s": round(time.time() - started, 1),
         "machine": mach,
@@ -242,6 +242,7 @@ def main(argv=None) -> int:
     parser.add_argument("--corpus", required=True, help="prepared corpus directory (manifest.json + bin/)")
     parser.add_argument("--checkpoint", required=True, help="full multilingual checkpoint")
     parser.add_argument("--pair", default="en-fr", help="direction to export and decode (default %(default)s)")
+    parser.add_argument("--name", help="result name (default ctranslate2-vs-fairseq-PAIR)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--beam", type=int, default=4)
@@ -250,11 +251,11 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work-dir", help="keep the exported forms here (default: a temporary directory)")
-    parser.add_argument("--out-json", help="default benchmarks/results/ctranslate2-vs-fairseq-PAIR.json")
+    parser.add_argument("--out-json", help="default benchmarks/results/NAME.json")
     parser.add_argument("--no-append", action="store_true", help=f"do not append the table to {DOC}")
     args = parser.parse_args(argv)
     result = run(args.corpus, args.checkpoint, args.pair, args.reps, args.warmup, args.beam, args.single,
-                 args.batch_size, args.threads, args.seed, args.work_dir)
+                 args.batch_size, args.threads, args.seed, args.work_dir, name=args.name)
     result["command"] = "python -m benchmarks.run_ctranslate2 " + shlex.join(argv if argv is not None else sys.argv[1:])
     out_json = args.out_json or os.path.join(REPO_ROOT, "benchmarks", "results", f"{result['name']}.json")
     write_json(result, out_json)
