@@ -145,21 +145,35 @@ def decode_batch(task, generator, model, batch) -> int:
     return sum(len(h[0]["tokens"]) for h in hypos)
 
 
-def interleaved(batches, step, keys=CONFIGS):
+def interleaved(batches, step, keys=CONFIGS, orders=None):
     """Run ``step(key, batch)`` for every batch and both configurations, alternating the order
     per batch (A B, B A, A B, ...) so that drifts in machine load and cache state hit both
-    alike. Returns per configuration: wall seconds, CPU seconds of this process, step results."""
+    alike; ``orders`` (lists of keys) replaces the alternation, batch i running in
+    ``orders[i % len(orders)]`` (``williams_orders`` for more than two configurations).
+    Returns per configuration: wall seconds, CPU seconds of this process, step results."""
     wall = {k: 0.0 for k in keys}
     cpu = {k: 0.0 for k in keys}
     results = {k: [] for k in keys}
     gc.collect()
     for i, batch in enumerate(batches):
-        for key in (keys if i % 2 == 0 else keys[::-1]):
+        order = orders[i % len(orders)] if orders else (keys if i % 2 == 0 else keys[::-1])
+        for key in order:
             w, c = time.perf_counter(), time.process_time()
             results[key].append(step(key, batch))
             cpu[key] += time.process_time() - c
             wall[key] += time.perf_counter() - w
     return wall, cpu, results
+
+
+def williams_orders(keys):
+    """A Williams design for an even number of configurations: every configuration runs once in
+    every position and directly after every other configuration once, so that what a step
+    leaves behind (cache contents, clock speed) falls on all configurations alike."""
+    n = len(keys)
+    if n % 2:
+        raise ValueError("williams_orders needs an even number of configurations")
+    first = [0] + [(j + 1) // 2 if j % 2 else n - j // 2 for j in range(1, n)]
+    return [[keys[(r + c) % n] for c in first] for r in range(n)]
 
 
 def fixed_train_batches(task, settings, args, models):

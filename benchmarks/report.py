@@ -176,13 +176,17 @@ def markdown(result) -> str:
 
 
 def append_markdown(result, path):
+    append_markdown_text(markdown(result), path)
+
+
+def append_markdown_text(text, path):
     old = ""
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             old = f.read()
     else:
         old = "# Benchmarks\n"
-    _atomic_write(path, old.rstrip("\n") + "\n\n" + markdown(result))
+    _atomic_write(path, old.rstrip("\n") + "\n\n" + text)
 
 
 if __name__ == "__main__":  # re-render a stored result: python -m benchmarks.report RESULT.json

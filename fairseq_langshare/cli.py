@@ -3,8 +3,9 @@
 Subcommands parse their flags and call one library function each:
 ``prepare-gettext`` (the offline default corpus), ``prepare-corpus`` (the papers' corpora),
 ``evaluate`` (BLEU/chrF tables), ``recipe`` (the papers' training and evaluation runs),
-``analyze <method>`` (statistics, the papers' plots, derived architectures) and ``export``
-(one language pair's sub-network as a plain fairseq checkpoint).
+``analyze <method>`` (statistics, the papers' plots, derived architectures), ``export``
+(one language pair's sub-network as a plain fairseq checkpoint or a CTranslate2 model) and
+``translate`` (raw text through an exported CTranslate2 model).
 """
 
 import argparse
@@ -15,9 +16,10 @@ import warnings
 from . import analysis, evaluation, export
 from .user_errors import message
 from .data import gettext_corpus
+from .deploy import translate
 from .recipes import corpora, experiments
 
-SUBCOMMANDS = (gettext_corpus, corpora, evaluation, experiments, analysis, export)
+SUBCOMMANDS = (gettext_corpus, corpora, evaluation, experiments, analysis, export, translate)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -138,3 +138,21 @@ def test_decode_direction_decodes_only_that_direction(corpus):
         bench.close()
     with pytest.raises(ValueError, match="no valid sentence of direction xx-yy"):
         harness.Benchmark(harness.Settings(**base, decode_direction="xx-yy"))
+
+
+def test_williams_orders_balance_positions_and_predecessors():
+    """Four configurations (the CTranslate2 benchmark): each runs once in every position and once
+    right after every other one, so carry-over between steps hits all alike; the default order
+    of two configurations stays A B, B A."""
+    orders = harness.williams_orders(["a", "b", "c", "d"])
+    assert all(sorted(o[pos] for o in orders) == ["a", "b", "c", "d"] for pos in range(4))
+    follows = [(o[i], o[i + 1]) for o in orders for i in range(3)]
+    assert len(follows) == len(set(follows)) == 12
+    ran = []
+    harness.interleaved(range(5), lambda k, b: ran.append((b, k)), keys=("a", "b", "c", "d"), orders=orders)
+    assert [k for b, k in ran if b == 4] == orders[0]
+    ran.clear()
+    harness.interleaved(range(2), lambda k, b: ran.append(k))
+    assert ran == ["A", "B", "B", "A"]
+    with pytest.raises(ValueError, match="even number"):
+        harness.williams_orders(["a", "b", "c"])

@@ -1,0 +1,279 @@
+"""langshare export --format ctranslate2 and langshare translate: a pair's sub-network served by
+CTranslate2 translates like fairseq-generate on the same exported checkpoint."""
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from fairseq_langshare.cli import main as langshare
+from fairseq_langshare.data.corpus_build import sha256
+from fairseq_langshare.deploy.ctranslate2_export import DeployError, export_ctranslate2
+from fairseq_langshare.deploy.translate import PairTranslator
+from fairseq_langshare.export import export_pair
+from tiny_corpus import PKG_DIR, build_task_and_model, generate, train
+
+try:
+    import ctranslate2
+except ImportError:
+    ctranslate2 = None
+needs_ctranslate2 = pytest.mark.skipif(ctranslate2 is None, reason="CTranslate2 is not installed (optional extra: "
+                                                                  "pip install '.[deploy]')")
+
+LANGS, PAIRS = ["en", "de", "fr"], ["en-de", "en-fr"]
+# an LSL model: its en->X network is a plain Transformer only after export picks X's layers
+LSL = ["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "TGT={3,4}", "--share-all-embeddings"]
+TRAIN = ["--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
+         "--lr", "0.005", "--max-tokens", "1000", "--log-format", "json", "--log-interval", "100", "--cpu",
+         "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "3", "--disable-validation"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread(one_thread):
+    yield
+
+
+@pytest.fixture(scope="module")
+def spm_corpus(tmp_path_factory):
+    """A tiny English->{de,fr} corpus with its SentencePiece model (the layout langshare prepare-* writes)."""
+    from recipe_mirrors import prepare_tiny
+
+    return Path(prepare_tiny("opus100", tmp_path_factory.mktemp("spm_corpus"), langs=["de", "fr"], direction="o2m"))
+
+
+def spm_task_args(corpus):
+    return [str(corpus / "bin"), "--task", "multilingual_langshare", "--user-dir", PKG_DIR, "--langs", ",".join(LANGS),
+            "--lang-pairs", ",".join(PAIRS), "--encoder-langtok", "tgt"]
+
+
+@pytest.fixture(scope="module")
+def trained(spm_corpus, tmp_path_factory):
+    save = tmp_path_factory.mktemp("lsl")
+    train(spm_task_args(spm_corpus) + TRAIN + LSL + ["--max-update", "300", "--save-dir", str(save)])
+    return save / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    """The en->de and en->fr networks as CTranslate2 models (float32) and as fairseq checkpoints."""
+    root = tmp_path_factory.mktemp("exported")
+    out = {}
+    for pair in PAIRS:
+        src, tgt = pair.split("-")
+        export_ctranslate2(trained, src, tgt, root / f"ct2-{pair}")
+        export_pair(trained, src, tgt, root / f"{pair}.pt")
+        out[pair] = (root / f"ct2-{pair}", root / f"{pair}.pt")
+    return out
+
+
+def fairseq_generate(corpus, checkpoint, pair, beam):
+    """What a user runs on the exported checkpoint: fairseq alone, detokenised output."""
+    src, tgt = pair.split("-")
+    hyps = generate([str(corpus / "bin"), "--task", "translation_multi_simple_epoch", "--langs", ",".join(LANGS),
+                     "--lang-pairs", pair, "--encoder-langtok", "tgt", "--path", str(checkpoint), "--gen-subset", "test",
+                     "-s", src, "-t", tgt, "--beam", str(beam), "--cpu", "--max-tokens", "1000",
+                     "--required-batch-size-multiple", "1", "--remove-bpe", "sentencepiece"])
+    return [hyps[i] for i in range(len(hyps))]
+
+
+def raw(corpus, pair, lang):
+    return (corpus / "raw" / f"test.{pair}.{lang}").read_text(encoding="utf-8").splitlines()
+
+
+@needs_ctranslate2
+def test_greedy_translations_equal_fairseq_generate(spm_corpus, exported):
+    """From raw text (SentencePiece + language token applied by langshare translate) to the same
+    strings fairseq-generate prints for the binarized test set, in each target language."""
+    same = total = 0
+    for pair, (ct2_dir, plain) in exported.items():
+        ours = PairTranslator(ct2_dir).translate(raw(spm_corpus, pair, "en"), beam=1)
+        theirs = fairseq_generate(spm_corpus, plain, pair, beam=1)
+        assert len(ours) == len(theirs) == 30
+        same += sum(a == b for a, b in zip(ours, theirs))
+        total += len(ours)
+        tgt = pair.split("-")[1]
+        words = " ".join(ours).split()
+        assert sum(w.endswith(tgt) for w in words) > 0.9 * len(words), f"translations into {tgt}: {ours[:3]}"
+    assert same >= 0.99 * total, f"{same} of {total} greedy translations identical"
+
+
+@needs_ctranslate2
+def test_beam_search_follows_fairseq_scoring(spm_corpus, exported):
+    """Beam 4 with fairseq's length normalisation (EOS counted) and max length."""
+    ct2_dir, plain = exported["en-fr"]
+    ours = PairTranslator(ct2_dir).translate(raw(spm_corpus, "en-fr", "en"), beam=4, batch_size=7)
+    theirs = fairseq_generate(spm_corpus, plain, "en-fr", beam=4)
+    assert sum(a == b for a, b in zip(ours, theirs)) >= 0.95 * len(theirs)
+
+
+@needs_ctranslate2
+def test_manifest_names_languages_tokens_and_provenance(trained, exported):
+    ct2_dir, _ = exported["en-fr"]
+    manifest = json.loads((ct2_dir / "langshare.json").read_text())
+    assert manifest["src"] == "en" and manifest["tgt"] == "fr" and manifest["langs"] == LANGS
+    assert manifest["source_prefix"] == ["__fr__"] and manifest["target_prefix"] == []  # --encoder-langtok tgt
+    assert manifest["quantization"] == "float32" and manifest["params"] < manifest["full_params"]
+    prov = manifest["provenance"]
+    assert prov["checkpoint"] == str(trained.resolve()) and prov["checkpoint_sha256"] == sha256(trained)
+    assert prov["ctranslate2_version"] == ctranslate2.__version__ and prov["langshare_version"]
+    assert sha256(ct2_dir / "spm.model") == prov["spm_sha256"] == sha256(prov["corpus_spm"])
+    assert not [p for p in ct2_dir.parent.iterdir() if p.name.startswith(".")], "no temporary directories left"
+
+
+@needs_ctranslate2
+@pytest.mark.parametrize("quantization", ["int8", "int16"])
+def test_quantised_export_loads_and_translates(spm_corpus, trained, exported, tmp_path, quantization):
+    out = tmp_path / f"ct2-{quantization}"
+    export_ctranslate2(trained, "en", "fr", out, quantization=quantization)
+    float_dir, _ = exported["en-fr"]
+    assert (out / "model.bin").stat().st_size < 0.7 * (float_dir / "model.bin").stat().st_size
+    source = raw(spm_corpus, "en-fr", "en")
+    quantised = PairTranslator(out).translate(source, beam=1)
+    reference = PairTranslator(float_dir).translate(source, beam=1)
+    assert all(quantised) and sum(a == b for a, b in zip(quantised, reference)) >= 0.7 * len(source)
+
+
+@needs_ctranslate2
+def test_translate_cli_round_trip(spm_corpus, exported, tmp_path, capsys, monkeypatch):
+    ct2_dir, _ = exported["en-de"]
+    lines = raw(spm_corpus, "en-de", "en")[:6]
+    lines.insert(2, "")
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    expected = PairTranslator(ct2_dir).translate(lines, beam=2)
+    assert expected[2] == "" and all(expected[:2] + expected[3:])
+    assert langshare(["translate", str(ct2_dir), "--input", str(tmp_path / "in.txt"), "--beam", "2",
+                      "--batch-size", "3"]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
+    assert langshare(["translate", str(ct2_dir), "--beam", "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+
+
+@needs_ctranslate2
+@pytest.mark.skipif(ctranslate2 is not None and ctranslate2.get_cuda_device_count() > 0, reason="a GPU is visible")
+def test_cuda_without_a_gpu_is_a_clear_error(exported, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("open the file\n")
+    assert langshare(["translate", str(exported["en-fr"][0]), "--input", str(tmp_path / "in.txt"), "--device",
+                      "cuda"]) == 2
+    assert capsys.readouterr().err.strip() == ("langshare translate: error: CTranslate2 sees no CUDA device here: use "
+                                               "--device cpu")
+
+
+@needs_ctranslate2
+def test_export_cli_writes_a_model_and_replaces_an_earlier_export(trained, tmp_path, capsys):
+    out = tmp_path / "en-fr"
+    for quantization in ("int8", "float32"):
+        assert langshare(["export", str(trained), "--src", "en", "--tgt", "fr", "--out", str(out), "--format",
+                          "ctranslate2", "--quantization", quantization]) == 0
+        assert json.loads((out / "langshare.json").read_text())["quantization"] == quantization
+    assert "langshare translate" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["en-fr"]
+
+
+@needs_ctranslate2
+def test_existing_directory_of_the_user_is_left_alone(trained, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    assert langshare(["export", str(trained), "--src", "en", "--tgt", "fr", "--out", str(out), "--format",
+                      "ctranslate2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "is not a langshare CTranslate2 export: pass a new --out" in err
+    assert (out / "notes.txt").read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+@needs_ctranslate2
+def test_fairseq_only_flags_need_the_ctranslate2_format(trained, tmp_path, capsys):
+    assert langshare(["export", str(trained), "--src", "en", "--tgt", "fr", "--out", str(tmp_path / "x.pt"),
+                      "--quantization", "int8"]) == 2
+    assert "apply to --format ctranslate2 only" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+# every model whose pair network `langshare export` writes as a plain transformer
+PLAIN_EXPORTS = {
+    "baseline": ("langshare_transformer_tiny", []),
+    "lsl": ("lsl_transformer_tiny", ["--lsl-encoder-layers", "SRC={1} & TGT={3,4}", "--lsl-separate-decoder"]),
+    "latent_depth": ("latent_depth_transformer_tiny", []),
+    "adaptive_sparse_ffn_layer": ("adaptive_sparse_transformer_tiny", ["--sparse-types", "ffn,layer", "--sparse-t-bar", "4"]),
+    "multistack": ("langshare_multistack_transformer_tiny", ["--multi-encoder", "src-lang", "--multi-decoder", "tgt-lang"]),
+}
+
+
+def save_untrained(model, args, path):
+    """A checkpoint as fairseq-train writes it (cfg as plain containers), of a freshly built model."""
+    import torch
+
+    from fairseq_langshare.export import _plain
+
+    cfg = _plain(args)
+    torch.save({"args": None, "cfg": {"model": cfg, "task": cfg}, "model": model.state_dict(),
+                "optimizer_history": [{"criterion_name": "c", "optimizer_name": "o", "lr_scheduler_state": {"best": None},
+                                       "num_updates": 0}],
+                "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}}}, path)
+    return path
+
+
+@needs_ctranslate2
+@pytest.mark.parametrize("method", list(PLAIN_EXPORTS))
+def test_every_plain_export_scores_like_the_full_model(spm_corpus, tmp_path, method):
+    """CTranslate2's log-probabilities of the reference translations (forced decoding) equal the
+    full multilingual model's for the pair, token by token: the conversion is exact for every method."""
+    import torch
+
+    arch, flags = PLAIN_EXPORTS[method]
+    corpus = {"bin": spm_corpus / "bin", "langs": LANGS, "pairs": PAIRS}
+    task, model, args = build_task_and_model(corpus, arch=arch, extra=["--share-all-embeddings", *flags])
+    model.eval()
+    ckpt = save_untrained(model, args, tmp_path / "model.pt")
+    export_ctranslate2(ckpt, "en", "fr", tmp_path / "ct2", verbose=False)
+    translator = PairTranslator(tmp_path / "ct2")
+    d = task.source_dictionary
+    src_id, tgt_id = LANGS.index("en"), LANGS.index("fr")
+    for source, target in list(zip(raw(spm_corpus, "en-fr", "en"), raw(spm_corpus, "en-fr", "fr")))[:8]:
+        src_pieces, tgt_pieces = translator.encode(source), translator.spm.encode(target, out_type=str)
+        src = torch.tensor([[d.index(p) for p in src_pieces] + [d.eos()]])
+        tgt = [d.index(p) for p in tgt_pieces] + [d.eos()]
+        with torch.no_grad():
+            logits = model(src_tokens=src, src_lengths=torch.tensor([src.size(1)]),
+                           prev_output_tokens=torch.tensor([[d.eos()] + tgt[:-1]]),
+                           src_lang_id=torch.tensor([src_id]), tgt_lang_id=torch.tensor([tgt_id]))[0]
+        expected = torch.log_softmax(logits[0].double(), -1)[torch.arange(len(tgt)), torch.tensor(tgt)]
+        got = torch.tensor(translator.translator.score_batch([src_pieces], [tgt_pieces])[0].log_probs, dtype=torch.double)
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+@needs_ctranslate2
+@pytest.mark.parametrize("arch,flags,advice", [
+    ("clsr_transformer_tiny", ["--clsr-encoder-lang", "tgt"], "translate the full checkpoint with fairseq-generate"),
+    ("langshare_adapter_transformer_tiny", [], "export with --format fairseq and translate with fairseq-generate"),
+])
+def test_pair_networks_that_are_no_plain_transformer_are_refused(corpus, tmp_path, capsys, arch, flags, advice):
+    from test_lsl import save_checkpoint
+
+    _, model, args = build_task_and_model(corpus, arch=arch, extra=flags)
+    ckpt = save_checkpoint(model, args, tmp_path / "model.pt")
+    out = tmp_path / "ct2"
+    with pytest.raises(DeployError, match=f"CTranslate2's Transformer cannot run: {advice}"):
+        export_ctranslate2(ckpt, "en", "xx", out)
+    assert langshare(["export", str(ckpt), "--src", "en", "--tgt", "xx", "--out", str(out), "--format",
+                      "ctranslate2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("langshare export: error: the en->xx network of") and "\n" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+def test_missing_ctranslate2_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    """Runs whether or not CTranslate2 is installed: the check comes before any work."""
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # as if it were not installed
+    monkeypatch.setitem(sys.modules, "ctranslate2.converters", None)
+    with pytest.raises(DeployError, match=r"CTranslate2 is not installed: pip install 'fairseq_langshare\[deploy\]'"):
+        export_ctranslate2(tmp_path / "model.pt", "en", "fr", tmp_path / "ct2")
+    with pytest.raises(DeployError, match="CTranslate2 is not installed"):
+        PairTranslator(tmp_path / "ct2")
+    assert langshare(["translate", str(tmp_path / "ct2"), "--input", str(tmp_path / "in.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("langshare translate: error: CTranslate2 is not installed: pip install 'fairseq_langshare[deploy]' "
+                   "(or pip install 'ctranslate2>=4')")
+    assert not list(tmp_path.iterdir())
