@@ -2,7 +2,7 @@
 
 Subcommands parse their flags and call one library function each:
 ``prepare-gettext`` (the offline default corpus), ``prepare-corpus`` (the papers' corpora),
-``evaluate`` (BLEU/chrF tables), ``recipe`` (the papers' training and evaluation runs),
+``evaluate`` (BLEU/chrF tables), ``compare`` (runs side by side, over seeds, with significance), ``recipe`` (the papers' training and evaluation runs),
 ``analyze <method>`` (statistics, the papers' plots, derived architectures) and ``export``
 (one language pair's sub-network as a plain fairseq checkpoint).
 """
@@ -12,11 +12,11 @@ import logging
 import sys
 import warnings
 
-from . import analysis, evaluation, export
+from . import analysis, comparison, evaluation, export
 from .data import gettext_corpus
 from .recipes import corpora, experiments
 
-SUBCOMMANDS = (gettext_corpus, corpora, evaluation, experiments, analysis, export)
+SUBCOMMANDS = (gettext_corpus, corpora, evaluation, comparison, experiments, analysis, export)
 
 
 def build_parser() -> argparse.ArgumentParser:

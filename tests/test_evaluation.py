@@ -83,29 +83,6 @@ def test_markdown_has_every_direction_and_group_averages():
     assert "0.40 (2/5 directions)" in to_markdown(res)
 
 
-def test_compare_tables_side_by_side_with_win_ratios(tmp_path, capsys):
-    groups = {"en-a": "high", "en-b": "low"}
-    base = _results({"en-a": 10.0, "en-b": 2.0}, groups)
-    run = _results({"en-a": 12.5, "en-b": 1.0}, groups)
-    md = evaluation.compare_markdown([("base", base), ("run", run)], baseline="base")
-    assert "| en-a | 1 | high | 10.00 | 12.50 |" in md
-    assert "| **low** avg |  |  | 2.00 | 1.00 |" in md
-    assert "| **all** avg |  |  | 6.00 | 6.75 |" in md
-    assert md.count("| win ratio vs base |  |  | - | 0.50 (1/2) |") == 2  # BLEU and chrF tables
-    with pytest.raises(EvaluationError, match="not one of the runs"):
-        evaluation.compare_markdown([("base", base)], baseline="other")
-    # the CLI: NAME=path or a path named by its file name
-    (tmp_path / "base.json").write_text(json.dumps(base))
-    (tmp_path / "run.json").write_text(json.dumps(run))
-    parser = argparse.ArgumentParser()
-    add_subcommand(parser.add_subparsers(dest="cmd"))
-    args = parser.parse_args(["compare", str(tmp_path / "base.json"), f"mine={tmp_path / 'run.json'}",
-                              "--baseline", "base", "--metrics", "bleu"])
-    args.func(args)
-    out = capsys.readouterr().out
-    assert "| direction | train pairs | group | base | mine |" in out and "chrF" not in out
-
-
 def test_identical_hypotheses_score_100_with_signatures(no_spm_models):
     refs = ["the cat sat on the mat .", "a quick brown fox jumps over the lazy dog"]
     out = score(list(refs), refs, "fr")
@@ -162,13 +139,6 @@ def test_paper_signatures_bleu_tokenization_and_spbleu_choice(tmp_path, monkeypa
     assert evaluation.spbleu_tokenizer("flores101") == ("flores101", None)
     with pytest.raises(evaluation.EvaluationError, match="unknown spBLEU tokenizer"):
         evaluation.spbleu_tokenizer("flores")
-
-
-def test_compare_leaves_out_a_metric_no_run_has(tmp_path):
-    runs = [("a", {"directions": {"en-fr": {"bleu": 1.0, "spbleu": None, "group": "high"}}}),
-            ("b", {"directions": {"en-fr": {"bleu": 2.0, "spbleu": None, "group": "high"}}})]
-    out = evaluation.compare_markdown(runs, "a", ("bleu", "spbleu"))
-    assert "spBLEU: not in any of the results" in out and "| en-fr |" in out
 
 
 def test_cli_registers_evaluate_with_help_for_every_flag():
