@@ -2,9 +2,11 @@
 
 Subcommands parse their flags and call one library function each:
 ``prepare-gettext`` (the offline default corpus), ``prepare-corpus`` (the papers' corpora),
-``evaluate`` (BLEU/chrF tables), ``compare`` (runs side by side, over seeds, with significance), ``recipe`` (the papers' training and evaluation runs),
-``analyze <method>`` (statistics, the papers' plots, derived architectures) and ``export``
-(one language pair's sub-network as a plain fairseq checkpoint).
+``evaluate`` (BLEU/chrF tables), ``compare`` (runs side by side, over seeds, with significance),
+``recipe`` (the papers' training and evaluation runs), ``head-to-head`` (every method at equal
+inference cost, several seeds, significance), ``analyze <method>`` (statistics, the papers'
+plots, derived architectures) and ``export`` (one language pair's sub-network as a plain fairseq
+checkpoint).
 """
 
 import argparse
@@ -14,9 +16,9 @@ import warnings
 
 from . import analysis, comparison, evaluation, export
 from .data import gettext_corpus
-from .recipes import corpora, experiments
+from .recipes import corpora, experiments, head_to_head
 
-SUBCOMMANDS = (gettext_corpus, corpora, evaluation, comparison, experiments, analysis, export)
+SUBCOMMANDS = (gettext_corpus, corpora, evaluation, comparison, experiments, head_to_head, analysis, export)
 
 
 def build_parser() -> argparse.ArgumentParser:
