@@ -45,32 +45,33 @@ def corpora(tmp_path_factory, one_thread):
 def test_plan_every_model_runs_the_baselines_layers_and_widths(corpora, tmp_path):
     runs = plan([m.name for m in MODELS], ["o2m", "m2o"], [1], str(tmp_path), corpora, 2000)
     assert len(runs) == 2 * len(MODELS)
+    out = io.StringIO()
+    todo, measured = head_to_head.print_plan(runs, 2, out)  # the --dry-run plan
+    assert len(todo) == len(runs)
     for direction in ("o2m", "m2o"):
-        profiles = {r.model.name: profile(r) for r in runs if r.direction == direction}
+        profiles = measured[direction]  # measured on the models the flags build
         assert set(profiles) == {m.name for m in MODELS}
+        pairs = open(os.path.join(corpora[direction], "lang_pairs.txt")).read().split()[0].split(",")
         for name, prof in profiles.items():
+            assert set(prof["inference"]) == set(prof["parameters"]["per_pair"]) == set(pairs)
             for pair, p in prof["inference"].items():
                 assert cost_signature(p) == SMALL_COST, (direction, name, pair, p)
-            # language-specific parameters: more in total, the baseline's size (or a few % more) per pair
-            per_pair = prof["parameters"]["per_pair"]
-            assert set(per_pair) == set(open(os.path.join(corpora[direction], "lang_pairs.txt")).read().split()[0].split(","))
+        # language-specific parameters: more in total, the baseline's size per pair
         base = profiles["baseline"]["parameters"]["total"]
         assert profiles["lsl"]["parameters"]["total"] > base
         assert set(profiles["lsl"]["parameters"]["per_pair"].values()) == {base}
         prenorm = profiles["baseline_prenorm"]["parameters"]["total"]  # + the final layer norms of both stacks
         assert prenorm == base + 2 * 2 * 128
         for name in ("latent_depth", "adaptive_sparse"):  # pre-norm models: a pair uses the pre-norm baseline's size
+            assert profiles[name]["parameters"]["total"] > prenorm
             assert set(profiles[name]["parameters"]["per_pair"].values()) == {prenorm}, name
         assert equal_cost_problems(profiles) == []
-    # the dry-run plan lists every model, says the cost is equal and how long it takes
-    out = io.StringIO()
-    head_to_head.print_plan(runs, 2, out)
     text = out.getvalue()
     for m in MODELS:
-        assert f"| {m.name} | --arch {m.arch}" in text
+        assert f"| {m.name} | `--arch {m.arch}" in text
         assert f"to train     o2m/{m.name}/seed1" in text
     assert text.count("every model runs the baseline's layers and widths per sentence") == 2
-    assert re.search(r"14 runs to do: about \d+\.\d h here", text)
+    assert re.search(r"14 runs to do: about \d+\.\d h on 2 otherwise idle cores", text)
 
 
 def test_plan_refuses_a_model_that_runs_more(corpora, tmp_path, monkeypatch):
@@ -189,8 +190,9 @@ def test_report_section_is_replaced_in_place_and_deltas_pair_seeds(tmp_path):
 
 @pytest.mark.slow
 def test_head_to_head_end_to_end_and_rerun(tmp_path, one_thread):
-    """Two models, one seed, a few updates on a tiny SentencePiece corpus: train two at a time,
-    evaluate, compare with significance, write JSON, markdown and figure; a re-run trains nothing."""
+    """Two models, one seed, a few updates on a tiny SentencePiece corpus (what `make demo` does):
+    train two at a time, evaluate, compare with significance, write JSON, markdown and figure, print
+    translations, run the method's analysis; a re-run trains nothing."""
     from test_evaluation import _build_tiny_corpus
 
     corpus = _corpus_files(_build_tiny_corpus(tmp_path / "corpus"), ["en-xx", "en-yy"])
@@ -199,8 +201,13 @@ def test_head_to_head_end_to_end_and_rerun(tmp_path, one_thread):
                   out_json=str(tmp_path / "h2h.json"), out_md=str(tmp_path / "results.md"),
                   figure=str(tmp_path / "img" / "h2h.png"))
     out = io.StringIO()
-    runs = head_to_head.head_to_head(stream=out, **kwargs)
+    runs = head_to_head.head_to_head(stream=out, analyze=True, examples=1, **kwargs)
     assert all(r.status == "done" for r in runs), out.getvalue()
+    printed = out.getvalue()
+    assert "win ratio vs baseline" in printed and "p, all directions pooled" in printed
+    assert "-- en-xx (400 training pairs)" in printed and "  lsl        " in printed  # example translations
+    lsl_dir = runs[1].dir
+    assert os.path.isfile(os.path.join(lsl_dir, "analysis", "lsl_similarity.png"))
     data = json.loads((tmp_path / "h2h.json").read_text())
     block = data["directions"]["o2m"]
     assert block["equal_inference_cost"] and set(block["models"]) == {"baseline", "lsl"}

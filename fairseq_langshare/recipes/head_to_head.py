@@ -9,6 +9,7 @@ evaluated ``--jobs`` at a time (``head_to_head_runs``; finished ones are skipped
 """
 
 import argparse
+import os
 import shlex
 import sys
 import tempfile
@@ -23,33 +24,25 @@ from .head_to_head_runs import (DEFAULT_CORPORA, DEFAULT_UPDATES, EVALUATE_SECON
 # ----------------------------------------------------------------------------- the plan
 def print_plan(runs: List[Run], jobs: int, stream=None):
     """Models with flags, reasons, parameters and measured inference cost; every run's status; the
-    estimated time. Raises when a model's inference cost differs from the baseline's."""
+    estimated time. Raises when a model's inference cost differs from the baseline's. Returns the
+    runs to do and the profiles, {direction: {model: profile}}."""
     stream = stream or sys.stdout
     directions = list(dict.fromkeys(r.direction for r in runs))
     models = list(dict.fromkeys(r.model.name for r in runs))
     seeds = sorted({r.seed for r in runs})
     print(f"# head-to-head: {len(models)} models x {len(seeds)} seeds x {len(directions)} directions = {len(runs)} "
           f"runs of {runs[0].updates} updates, {jobs} at a time (one thread each)", file=stream)
+    measured = {}
     for d in directions:
         first = {r.model.name: r for r in runs if r.direction == d and r.seed == seeds[0]}
         corpus = first[BASELINE].corpus
         with tempfile.TemporaryDirectory(prefix="h2h-standin-") as tmp:
             stand_in = None if corpus.exists else _standin_data(tmp, d)
-            profiles = {name: profile(r, corpus=stand_in) for name, r in first.items()}
+            profiles = measured[d] = {name: profile(r, corpus=stand_in) for name, r in first.items()}
         note = "" if stand_in is None else " (corpus not built yet: stand-in dictionary of 8000 and 8 languages)"
         print(f"\n## {d.upper()}: corpus {corpus.path}{note}", file=stream)
-        print("| model | flags | parameters total / per pair | layers enc+dec | d_model / FFN / heads | FLOPs/sentence "
-              "vs baseline |", file=stream)
-        base_flops = _mean(p["flops"] for p in profiles[BASELINE]["inference"].values())
-        for name, r in first.items():
-            prof = profiles[name]
-            one = next(iter(prof["inference"].values()))
-            per_pair = sorted(set(prof["parameters"]["per_pair"].values()))
-            pair_params = "-".join(sorted({f"{n / 1e6:.2f}" for n in (per_pair[0], per_pair[-1])}))
-            flops = _mean(p["flops"] for p in prof["inference"].values()) / base_flops
-            print(f"| {name} | {shlex.join(r.model.argv(d))} | {prof['parameters']['total'] / 1e6:.2f}M / "
-                  f"{pair_params}M | {one['encoder']['layers']}+{one['decoder']['layers']} | "
-                  f"{_widths(one)} | x{flops:.2f} |", file=stream)
+        print("\n".join(head_to_head_report.model_table(
+            {name: (list(r.model.argv(d)), profiles[name]) for name, r in first.items()})), file=stream)
         for name, r in first.items():
             print(f"# {name}: {r.model.reason}" + (f"; adds {r.model.extra_compute}" if r.model.extra_compute else ""),
                   file=stream)
@@ -65,30 +58,20 @@ def print_plan(runs: List[Run], jobs: int, stream=None):
     todo = [r for r in runs if r.status != "done"]
     seconds = sum((0 if r.trained else r.updates / UPDATES_PER_SECOND.get(r.model.name, 2.0)) + EVALUATE_SECONDS
                   for r in todo) / max(1, jobs)
-    print(f"\n# {len(todo)} runs to do: about {seconds / 3600:.1f} h here ({jobs} at a time; measured speeds in "
-          f"UPDATES_PER_SECOND, fairseq_langshare/recipes/head_to_head.py)", file=stream)
+    print(f"\n# {len(todo)} runs to do: about {seconds / 3600:.1f} h on 2 otherwise idle cores, {jobs} at a time "
+          f"(speeds: UPDATES_PER_SECOND in fairseq_langshare/recipes/head_to_head_runs.py; longer under load)",
+          file=stream)
     print("# train: " + shlex.join(["fairseq-train"] + train_argv(runs[0])), file=stream)
-    return todo
-
-
-def _mean(values):
-    values = list(values)
-    return sum(values) / len(values)
-
-
-def _widths(profile_one):
-    parts = []
-    for key in ("d_model", "ffn", "heads"):
-        values = sorted(set(profile_one["encoder"][key]) | set(profile_one["decoder"][key]))
-        parts.append(",".join(map(str, values)))
-    return " / ".join(parts)
+    return todo, measured
 
 
 def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), updates=DEFAULT_UPDATES,
                  runs_dir="runs/head_to_head", corpora=None, jobs=2, device="cpu", dry_run=False, imports=(),
                  out_json="docs/results/head_to_head.json", out_md="docs/results.md",
-                 figure="docs/img/head_to_head.png", stream=None):
-    """Plan (and print), then train, evaluate, compare and report. Returns the runs."""
+                 figure="docs/img/head_to_head.png", analyze=False, examples=0, stream=None):
+    """Plan (and print), then train, evaluate, compare and report; with ``analyze``, run each
+    method's analysis on its first seed; print ``examples`` translations per shown direction.
+    Returns the runs."""
     stream = stream or sys.stdout
     corpora = {**DEFAULT_CORPORA, **(corpora or {})}
     runs = plan(models or [m.name for m in MODELS], directions, seeds, runs_dir, corpora, updates)
@@ -106,6 +89,11 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
         return runs
     failures = execute(runs, jobs, device, stream)
     head_to_head_report.report(runs, out_json=out_json, out_md=out_md, figure=figure, stream=stream)
+    if examples:
+        head_to_head_report.print_examples(runs, examples, stream)
+    if analyze:
+        for run in head_to_head_report.analyze(runs, stream):
+            print(f"== analysis of {run.name} in {os.path.join(run.dir, 'analysis')}", file=stream)
     if failures:
         raise RuntimeError(f"{len(failures)} runs failed: " + "; ".join(failures))
     return runs
@@ -123,7 +111,8 @@ def _run(args):
         head_to_head(models=args.models.split(",") if args.models else None, directions=args.directions.split(","),
                      seeds=[int(s) for s in args.seeds.split(",")], updates=args.updates, runs_dir=args.runs_dir,
                      corpora=corpora, jobs=args.jobs, device=args.device, dry_run=args.dry_run,
-                     imports=args.import_run or (), out_json=args.out_json, out_md=args.out_md, figure=args.figure)
+                     imports=args.import_run or (), out_json=args.out_json, out_md=args.out_md, figure=args.figure,
+                     analyze=args.analyze, examples=args.examples)
     except RuntimeError as error:
         print(f"langshare head-to-head: {error}", file=sys.stderr)
         return 1
@@ -153,6 +142,11 @@ def add_subcommand(subparsers):
                         "into the layout; checked against the plan")
     p.add_argument("--dry-run", action="store_true", help="print the plan (models, measured inference cost, runs, "
                                                           "estimated time) and stop")
+    p.add_argument("--analyze", action="store_true",
+                   help="run each method's `langshare analyze` on its first seed (into <run>/analysis/)")
+    p.add_argument("--examples", type=int, default=0,
+                   help="print this many test translations of every model for the largest, a middle and the "
+                        "smallest direction")
     p.add_argument("--out-json", default="docs/results/head_to_head.json", help="results JSON")
     p.add_argument("--out-md", default="docs/results.md",
                    help="markdown file whose head-to-head section is (re)written")

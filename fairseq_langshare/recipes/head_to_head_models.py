@@ -11,7 +11,7 @@ do for each direction.
 """
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 DIRECTIONS = ("o2m", "m2o")
 
@@ -24,7 +24,9 @@ class H2HModel:
     flags: Dict[str, Tuple[str, ...]]  # per direction, after --arch
     reason: str  # why this configuration (paper, section)
     extra_compute: str = ""  # what it runs beyond the baseline's layers, if anything
-    analysis: Optional[Tuple[str, ...]] = None  # `langshare analyze` argv; {ckpt} and {out} filled in
+    # `langshare analyze` commands (argv after "analyze") that draw what each language uses;
+    # {ckpt}, {out} and {corpus} are filled in
+    analysis: Tuple[Tuple[str, ...], ...] = ()
 
     def argv(self, direction: str) -> Tuple[str, ...]:
         return ("--arch", self.arch) + tuple(self.flags[direction])
@@ -57,7 +59,7 @@ MODELS = (
         "one of the 2 encoder layers is language-specific, where the LSL paper's search puts them: target LSLs at "
         "the top of the encoder (O2M), source LSLs at the bottom (M2O) (section 5, LSL-NAS-SD in Table 5: "
         "'SRC={4} & TGT={12-16}' of 16); a sentence runs one copy, so the cost is the baseline's",
-        analysis=("lsl-similarity", "{ckpt}", "--split", "test", "--out", "{out}")),
+        analysis=(("lsl-similarity", "{ckpt}", "--split", "test", "--out", "{out}"),)),
     H2HModel(
         "clsr", "CLSR", "clsr_transformer_small",
         {"o2m": ("--clsr-encoder-lang", "tgt", "--clsr-budget", "0.3"),
@@ -66,7 +68,8 @@ MODELS = (
         "best for each (p = 0.3 O2M, p = 0.1 M2O: section 5, Figure 2); gate size d_g 32 (the preset)",
         extra_compute="per sub-layer a gate (128->32->1) and a 128x128 shared or language projection "
                       "(short inputs run both projections and select)",
-        analysis=("clsr", "{ckpt}", "--split", "test", "--out", "{out}")),
+        analysis=(("clsr", "{ckpt}", "--split", "test", "--out", "{out}"),
+                  ("clsr-lsscore", "{out}/gates.json", "--manifest", "{corpus}/manifest.json", "--out", "{out}"))),
     H2HModel(
         "latent_depth", "latent depth", "latent_depth_transformer_small",
         {"o2m": ("--encoder-layers", "2", "--decoder-layers", "4", "--latent-decoder-target-depth", "2",
@@ -76,7 +79,7 @@ MODELS = (
         "LL-D, the paper's multilingual setting for O2M and M2O (section 4.3, Tables 3 and 5): 4 latent decoder "
         "layers, target depth K = 2 (Eq. 8), each language keeps its 2 most probable layers at inference; one "
         "posterior per language pair, i.e. per target language (O2M) or source language (M2O)",
-        analysis=("latent-depth", "{ckpt}", "--out", "{out}")),
+        analysis=(("latent-depth", "{ckpt}", "--out", "{out}"),)),
     H2HModel(
         "adaptive_sparse", "adaptive sparse (FFN)", "adaptive_sparse_transformer_small",
         _both("--encoder-layers", "2", "--decoder-layers", "2", "--sparse-types", "ffn",
@@ -85,7 +88,7 @@ MODELS = (
         "FFN-block sparsity at the baseline's active size, as the paper compares (section 5.2): FFN 1024 in 8 "
         "blocks, 4 kept per language (512 run); the one sparsity type that keeps every layer and head of the "
         "baseline (attention sparsity runs fewer heads); T-bar and loss weights are the model's defaults",
-        analysis=("adaptive-sparse", "{ckpt}", "--out", "{out}")),
+        analysis=(("adaptive-sparse", "{ckpt}", "--out", "{out}"),)),
 )
 BASELINE = "baseline"
 

@@ -6,6 +6,7 @@ delta against the baseline, one marker per method, error bars over seeds)."""
 import datetime
 import os
 import re
+import shlex
 import sys
 from typing import Dict, List
 
@@ -132,18 +133,8 @@ def markdown(data: Dict, figure_rel: str = None) -> str:
              f"paired bootstrap against the baseline with sacrebleu. Parameters and inference cost are measured on the "
              f"trained models (one sentence per pair, `analysis/inference_cost.py`).", ""]
     for name, block in data["directions"].items():
-        models = block["models"]
-        base_flops = _flops(models[BASELINE])
-        lines += [f"### {name.upper()}", "",
-                  "| model | flags | parameters total / per pair | layers enc+dec run | FLOPs/sentence vs baseline |",
-                  "|---|---|---:|---:|---:|"]
-        for m, entry in models.items():
-            one = next(iter(entry["inference"].values()))
-            per_pair = sorted(set(entry["parameters"]["per_pair"].values()))
-            pair = "-".join(sorted({f"{n / 1e6:.2f}" for n in (per_pair[0], per_pair[-1])}))
-            flags = " ".join(f for f in entry["flags"] if f != "--arch")
-            lines.append(f"| {m} | `{flags}` | {entry['parameters']['total'] / 1e6:.2f}M / {pair}M | "
-                         f"{one['encoder']['layers']}+{one['decoder']['layers']} | x{_flops(entry) / base_flops:.2f} |")
+        lines += [f"### {name.upper()}", ""]
+        lines += model_table({m: (entry["flags"], entry) for m, entry in block["models"].items()})
         if not block["equal_inference_cost"]:
             lines += ["", "**Unequal inference cost:** " + "; ".join(block["inference_cost_problems"])]
         lines += ["", comparison.comparison_markdown(block["comparison"])]
@@ -152,9 +143,25 @@ def markdown(data: Dict, figure_rel: str = None) -> str:
     return "\n".join(lines).rstrip() + "\n" + END + "\n"
 
 
-def _flops(entry):
-    values = [p["flops"] for p in entry["inference"].values()]
-    return sum(values) / len(values)
+def model_table(models: Dict[str, tuple]) -> List[str]:
+    """Markdown rows of {name: (flags, profile)} (``head_to_head_runs.profile``): parameters, the
+    layers and widths one sentence runs, FLOPs against the baseline's."""
+    def flops(prof):
+        values = [p["flops"] for p in prof["inference"].values()]
+        return sum(values) / len(values)
+
+    base = flops(models[BASELINE][1])
+    lines = ["| model | flags | parameters total / per pair | layers enc+dec run | d_model / FFN / heads run | "
+             "FLOPs/sentence vs baseline |", "|---|---|---:|---:|---:|---:|"]
+    for name, (flags, prof) in models.items():
+        one = next(iter(prof["inference"].values()))
+        per_pair = sorted(set(prof["parameters"]["per_pair"].values()))
+        pair = "-".join(sorted({f"{n / 1e6:.2f}" for n in (per_pair[0], per_pair[-1])}))
+        widths = " / ".join(",".join(map(str, sorted(set(one["encoder"][k]) | set(one["decoder"][k]))))
+                            for k in ("d_model", "ffn", "heads"))
+        lines.append(f"| {name} | `{shlex.join(flags)}` | {prof['parameters']['total'] / 1e6:.2f}M / {pair}M | "
+                     f"{one['encoder']['layers']}+{one['decoder']['layers']} | {widths} | x{flops(prof) / base:.2f} |")
+    return lines
 
 
 def write_section(path: str, section: str) -> None:
@@ -183,3 +190,48 @@ def report(runs: List[Run], out_json: str, out_md: str, figure: str, stream=None
     for name, block in data["directions"].items():
         print(f"\n### {name.upper()}\n" + comparison.comparison_markdown(block["comparison"]), file=stream)
     return data
+
+
+# ----------------------------------------------------------------------------- demo helpers
+def print_examples(runs: List[Run], n: int, stream=None) -> None:
+    """The first ``n`` test sentences of the largest, a middle and the smallest direction: source,
+    reference and every model's translation (first seed)."""
+    stream = stream or sys.stdout
+    for direction, models in collect(runs).items():
+        results = {name: _read_json(seeds[0].results, "results") for name, seeds in models.items()}
+        base = results[BASELINE]
+        by_size = sorted(base["directions"], key=lambda d: -(base["directions"][d].get("train_size") or 0))
+        for d in dict.fromkeys([by_size[0], by_size[len(by_size) // 2], by_size[-1]]):
+            ref_path = base["references"][d]["path"]
+            src_path = ref_path[: ref_path.rindex(".") + 1] + d.split("-")[0]
+            with open(src_path, encoding="utf-8") as f:
+                sources = f.read().splitlines()
+            with open(ref_path, encoding="utf-8") as f:
+                refs = f.read().splitlines()
+            print(f"\n-- {d} ({base['directions'][d].get('train_size')} training pairs)", file=stream)
+            for i in range(min(n, len(refs))):
+                print(f"  source     {sources[i]}\n  reference  {refs[i]}", file=stream)
+                for name, res in results.items():
+                    print(f"  {name:10s} {res['hypotheses'][d][i]}", file=stream)
+
+
+def analyze(runs: List[Run], stream=None) -> List[Run]:
+    """Each method's ``langshare analyze`` (its table entry) on its first seed, into <run>/analysis/."""
+    import argparse
+
+    from .. import analysis
+
+    parser = argparse.ArgumentParser(prog="langshare")
+    analysis.add_subcommand(parser.add_subparsers(dest="command"))
+    done = []
+    for models in collect(runs).values():
+        for seeds in models.values():
+            run = seeds[0]
+            out = os.path.join(run.dir, "analysis")
+            for command in run.model.analysis:
+                args = parser.parse_args(["analyze"] + [a.format(ckpt=run.checkpoint, out=out, corpus=run.corpus.path)
+                                                        for a in command])
+                args.func(args)
+            if run.model.analysis:
+                done.append(run)
+    return done

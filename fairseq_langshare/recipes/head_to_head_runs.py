@@ -31,10 +31,12 @@ CHECKPOINT_FLAGS = ("--no-epoch-checkpoints", "--validate-interval-updates", "50
                     "--keep-interval-updates", "1")
 EVALUATE_FLAGS = ("--split", "test", "--beam", "4")  # scripts/quality_lib.sh's and /work/runs/bin/eval.sh's
 CORPUS_FLAGS = dict(num_langs=8, selection="spread", vocab_size=8000, workers=2)  # scripts/quality_lib.sh's
-# Updates per second of one training process on one thread of this machine (2-core AMD EPYC VM,
-# 2026-11-23, other jobs running: see docs/head_to_head.md "Sizing"), for the --dry-run estimate.
-UPDATES_PER_SECOND = {"baseline": 3.1, "baseline_prenorm": 3.1, "adapters": 2.8, "lsl": 3.0, "clsr": 2.2,
-                      "latent_depth": 2.6, "adaptive_sparse": 2.4}
+# Updates per second of one training process with a core to itself, for the --dry-run estimate:
+# langshare_transformer_small trained 2,400 updates in 581 s on an idle machine (docs/results.md,
+# `make demo`); the others are scaled by their speed relative to it, measured in one run
+# (benchmarks/head_to_head_speed.py -> benchmarks/results/head_to_head_speed.json, CPU time).
+UPDATES_PER_SECOND = {"baseline": 4.1, "baseline_prenorm": 4.1, "adapters": 3.8, "lsl": 3.8, "clsr": 3.4,
+                      "latent_depth": 3.2, "adaptive_sparse": 3.1}
 EVALUATE_SECONDS = 150  # one run's test set (8 directions, 2,307 sentences, beam 4), one thread
 DEFAULT_UPDATES = 2000
 
