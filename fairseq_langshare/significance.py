@@ -7,9 +7,10 @@ default 12345, so results are reproducible). sacrebleu reports, per metric, each
 the bootstrap mean and the half-width of its 95% confidence interval, and the p-value of the
 (two-sided) difference.
 
-One correction: for two identical systems sacrebleu's null distribution is all zeros and its
-strict ``>`` count gives p = 1/(n_samples + 1) (it reads as significant); identical hypotheses
-have p = 1 here.
+One correction: when the two systems score exactly the same (identical hypotheses, or e.g. both
+at BLEU 0), every resampled difference is often zero too, and sacrebleu's strict ``>`` count then
+gives p = 1/(n_samples + 1), which reads as significant. An observed difference of exactly zero
+has p = 1 here (the p-value of a zero two-sided statistic).
 
 Several seeds (``compare_to_baseline``): seed k of the system is paired with seed k of the
 baseline (same data order and initialisation seed); the test runs on every seed pair and once
@@ -59,11 +60,10 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
     test = PairedTest([("baseline", list(baseline)), ("system", list(system))], named, [list(references)],
                       test_type="bs", n_samples=n_samples)
     _, scores = test()
-    identical = list(baseline) == list(system)
     out = {}
     for name, (base, mine) in zip(named, (scores[key] for key in scores if key != "System")):
         values = {"baseline": base.score, "system": mine.score, "delta": mine.score - base.score,
-                  "p_value": 1.0 if identical else mine.p_value, "baseline_mean": base.mean,
+                  "p_value": 1.0 if mine.score == base.score else mine.p_value, "baseline_mean": base.mean,
                   "baseline_ci": base.ci, "system_mean": mine.mean, "system_ci": mine.ci}
         out[name] = {k: float(v) for k, v in values.items()}  # sacrebleu gives numpy floats
     return out

@@ -46,6 +46,9 @@ def test_identical_systems_p_one_and_better_on_every_sentence_significant():
     # the baseline against the better system: the same p-value (two-sided), negative delta
     back = significance.paired_bootstrap(better, base, refs)
     assert back["bleu"]["delta"] == pytest.approx(-test["bleu"]["delta"]) and back["bleu"]["p_value"] < 0.05
+    # different hypotheses, the same score (BLEU 0: no 4-gram matches anywhere): no difference
+    nothing = significance.paired_bootstrap(["zz"] * 60, ["qq qq"] * 60, refs, metrics=("bleu",))["bleu"]
+    assert nothing["delta"] == 0.0 and nothing["p_value"] == 1.0
     # a system that differs from the baseline in one sentence of 60: no evidence of a difference
     one = base[:-1] + [refs[-1]]
     assert significance.paired_bootstrap(base, one, refs)["bleu"]["p_value"] > 0.05

@@ -339,6 +339,11 @@ def test_evaluate_end_to_end(trained_spm_corpus, tmp_path, no_spm_models):
     assert not again["directions"]["xx-yy"]["supervised"] and again["directions"]["xx-yy"]["n"] == 40
     assert again["directions"]["en-xx"]["bleu"] == pytest.approx(res["directions"]["en-xx"]["bleu"])
     assert again["win_ratio"]["value"] == 0.0 and again["win_ratio"]["directions"] == 1
+    # hypotheses and references are stored, so the same decoding tests as identical (p = 1)
+    assert len(res["hypotheses"]["en-xx"]) == 40 and res["references"]["en-xx"]["n"] == 40
+    assert res["references"]["en-xx"]["path"].endswith("raw/test.en-xx.xx")
+    same = again["significance"]["directions"]["en-xx"]["bleu"]["seeds_concatenated"]
+    assert same["p_value"] == 1.0 and same["delta"] == 0.0 and list(again["significance"]["directions"]) == ["en-xx"]
     # the LSL paper's win ratio is on chrF: a baseline that only has chrF works with win_metric="chrf"
     chrf_base = {"directions": {"en-xx": {"chrf": 0.0}}}
     on_chrf = evaluate(str(checkpoint), str(corpus), directions="en-xx", beam=2, baseline=chrf_base,

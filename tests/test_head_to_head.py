@@ -224,3 +224,11 @@ def test_head_to_head_end_to_end_and_rerun(tmp_path, one_thread):
     head_to_head.head_to_head(stream=again, **kwargs)
     assert [os.path.getmtime(r.checkpoint) for r in runs] == mtimes
     assert "done         o2m/lsl/seed1" in again.getvalue() and "training" not in again.getvalue()
+    # a finished run is linked into another layout after checking it is the planned one
+    other = plan(["baseline", "lsl"], ["o2m"], [1, 2], str(tmp_path / "other"), {"o2m": corpus}, 30)
+    linked = head_to_head_runs.import_run(other, "lsl", 1, runs[1].dir)
+    assert os.path.realpath(linked.dir) == os.path.realpath(runs[1].dir) and linked.status == "done"
+    with pytest.raises(ValueError, match="trained with seed 1 and differs in"):
+        head_to_head_runs.import_run(other, "lsl", 2, runs[1].dir)
+    with pytest.raises(ValueError, match="differs in .*arch"):
+        head_to_head_runs.import_run(other, "baseline", 1, runs[1].dir)

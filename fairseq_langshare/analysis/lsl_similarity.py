@@ -4,7 +4,8 @@ language-specific encoder layer are, measured on the same inputs.
 ``langshare analyze lsl-similarity CHECKPOINT --out DIR [--split test]`` runs the checkpoint over
 every direction of a split, keeps the inputs every language-specific encoder layer receives (all
 languages' sentences), runs every trained language's copy of that layer on all of them, and
-compares the copies' outputs pairwise with linear CKA (Kornblith et al. 2019: 1 = the same
+compares what the copies add to the same input (output minus input: the residual stream's shared
+part would otherwise dominate) pairwise with linear CKA (Kornblith et al. 2019: 1 = the same
 function up to rotation and scale, lower = more language-specific). Writes
 ``lsl_similarity.json`` and ``lsl_similarity.png`` (one heatmap per LSL, languages in inventory
 order, which ``langshare prepare-gettext`` makes training-size order). This is the analysis of a
@@ -34,7 +35,8 @@ def linear_cka(x: torch.Tensor, y: torch.Tensor) -> float:
 @torch.no_grad()
 def copy_similarity(checkpoint: str, data: Optional[str] = None, split: str = "test",
                     max_sentences: int = 2000, max_tokens: int = 4000) -> Dict:
-    """Per language-specific encoder layer: CKA between every pair of trained languages' copies."""
+    """Per language-specific encoder layer: CKA between what every pair of trained languages' copies
+    add to the same inputs."""
     from fairseq import checkpoint_utils
 
     overrides = {"data": data} if data else {}
@@ -77,7 +79,7 @@ def copy_similarity(checkpoint: str, data: Optional[str] = None, split: str = "t
         outputs = {}
         for lang in trained:
             copy = layer.copies[langs.index(lang)]
-            outputs[lang] = torch.cat([copy(x, encoder_padding_mask=mask).transpose(0, 1)[valid]
+            outputs[lang] = torch.cat([(copy(x, encoder_padding_mask=mask) - x).transpose(0, 1)[valid]
                                        for x, mask, valid in inputs[index]])
         matrix = [[linear_cka(outputs[a], outputs[b]) for b in trained] for a in trained]
         result["layers"].append({"layer": index + 1, "side": layer.side, "languages": trained, "cka": matrix,

@@ -112,8 +112,7 @@ def draw(data: Dict, path: str, metric: str = "bleu"):
         ax.axhline(0.0, color="black", linewidth=0.8)
         sizes = [block["directions"][d].get("train_size") for d in directions]
         ax.set_xticks(range(len(directions)))
-        ax.set_xticklabels([f"{d}\n{s // 1000 if s and s >= 1000 else s}{'k' if s and s >= 1000 else ''}"
-                            for d, s in zip(directions, sizes)], fontsize="small")
+        ax.set_xticklabels([f"{d}\n{_thousands(s)}" for d, s in zip(directions, sizes)], fontsize="small")
         ax.set_ylabel(f"{metric.upper() if metric == 'bleu' else metric} - baseline")
         seeds = len(data["seeds"])
         ax.set_title(f"{name.upper()}: {metric.upper() if metric == 'bleu' else metric} delta vs the baseline "
@@ -122,6 +121,12 @@ def draw(data: Dict, path: str, metric: str = "bleu"):
     fig.tight_layout()
     save_figure_atomic(fig, path)
     return path
+
+
+def _thousands(n):
+    if not n:
+        return "-"
+    return f"{n / 1000:.0f}k" if n >= 10000 else f"{n / 1000:.1f}k" if n >= 1000 else str(n)
 
 
 # ----------------------------------------------------------------------------- markdown

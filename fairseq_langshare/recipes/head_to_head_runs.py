@@ -8,6 +8,7 @@ run is never trained again), and ``test.json``/``test.md`` of ``langshare evalua
 when older than the checkpoint or without hypotheses). Each process runs on one thread.
 """
 
+import argparse
 import os
 import subprocess
 import sys
@@ -262,6 +263,13 @@ def execute(runs: List[Run], jobs: int, device: str = "cpu", stream=None) -> Lis
     return failures
 
 
+def _plain(cfg) -> Dict:
+    """A checkpoint's config section as a dict (fairseq stores a Namespace or an omegaconf config)."""
+    from omegaconf import OmegaConf
+
+    return dict(vars(cfg)) if isinstance(cfg, argparse.Namespace) else OmegaConf.to_container(cfg, resolve=False)
+
+
 def import_run(runs: List[Run], model: str, seed: int, path: str) -> Run:
     """Link a finished run trained elsewhere with these settings into the layout, after checking
     its marker and that its saved config has this plan's model flags, seed and corpus."""
@@ -282,8 +290,10 @@ def import_run(runs: List[Run], model: str, seed: int, path: str) -> Run:
         raise ValueError(f"--import-run: {path} has no finished-{run.updates} marker: it did not finish "
                          f"{run.updates} updates (pass --updates to match it)")
     args = options.parse_args_and_arch(options.get_training_parser(), train_argv(run))
-    differ = [k for k, v in vars(args).items() if k in cfg.model and k not in ("data", "save_dir", "user_dir")
-              and cfg.model[k] != v and not isinstance(v, (list, tuple))]
+    # every model option the plan's command line sets (None: resolved by the model when built)
+    saved = _plain(cfg.model)
+    differ = [k for k, v in vars(args).items() if k in saved and k not in ("data", "save_dir", "user_dir")
+              and v is not None and not isinstance(v, (list, tuple)) and str(saved[k]) != str(v)]
     if int(cfg.common.seed) != seed or differ:
         raise ValueError(f"--import-run: {path} was trained with seed {cfg.common.seed} and differs in "
                          f"{', '.join(differ) or 'nothing else'}; import only runs of the planned configuration")
