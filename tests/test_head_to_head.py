@@ -186,6 +186,13 @@ def test_report_section_is_replaced_in_place_and_deltas_pair_seeds(tmp_path):
     base = {"seeds": {"1": {"bleu": {"en-a": 10.0}}, "2": {"bleu": {"en-a": 20.0}}}}
     method = {"seeds": {"1": {"bleu": {"en-a": 12.0}}, "2": {"bleu": {"en-a": 19.0}}, "3": {"bleu": {"en-a": 5.0}}}}
     assert head_to_head_report.seed_deltas(method, base, "en-a") == [2.0, -1.0]
+    # the report pairs seed k with seed k: only seeds every model has evaluated
+    runs = [_fake_run(tmp_path, "baseline", 1), _fake_run(tmp_path, "baseline", 2), _fake_run(tmp_path, "lsl", 2),
+            _fake_run(tmp_path, "lsl", 3)]
+    out = io.StringIO()
+    got = head_to_head_report.collect(runs, out)
+    assert {m: [r.seed for r in rs] for m, rs in got["o2m"].items()} == {"baseline": [2], "lsl": [2]}
+    assert "o2m/baseline/seed1, o2m/lsl/seed3" in out.getvalue()
 
 
 @pytest.mark.slow

@@ -21,13 +21,20 @@ METRICS = ("bleu", "chrf")
 MARKERS = "osD^vP*Xh"
 
 
-def collect(runs: List[Run]) -> Dict[str, Dict[str, List[Run]]]:
-    """{direction: {model: [evaluated runs, by seed]}}: only directions whose baseline has a seed."""
+def collect(runs: List[Run], stream=None) -> Dict[str, Dict[str, List[Run]]]:
+    """{direction: {model: [evaluated runs, by seed]}} on the seeds every model of the direction has
+    evaluated (the comparison pairs seed k with seed k); only directions with a baseline."""
     out = {}
     for r in sorted(runs, key=lambda r: r.seed):
         if r.evaluated:
             out.setdefault(r.direction, {}).setdefault(r.model.name, []).append(r)
-    return {d: models for d, models in out.items() if BASELINE in models}
+    for direction, models in out.items():
+        common = set.intersection(*({r.seed for r in seeds} for seeds in models.values()))
+        left_out = [r.name for seeds in models.values() for r in seeds if r.seed not in common]
+        if left_out and stream is not None:
+            print(f"not reported (not every model has that seed evaluated yet): {', '.join(left_out)}", file=stream)
+        out[direction] = {m: [r for r in seeds if r.seed in common] for m, seeds in models.items()}
+    return {d: models for d, models in out.items() if BASELINE in models and models[BASELINE]}
 
 
 def _model_entry(name, seeds, cmp, prof):
@@ -56,7 +63,7 @@ def build(runs: List[Run], n_samples: int = 1000, stream=None) -> Dict:
     data = {"generated": datetime.date.today().isoformat(), "updates": runs[0].updates,
             "seeds": sorted({r.seed for r in runs}), "train_flags": list(TRAIN_FLAGS),
             "evaluate_flags": list(EVALUATE_FLAGS), "baseline": BASELINE, "directions": {}}
-    for direction, models in collect(runs).items():
+    for direction, models in collect(runs, stream).items():
         named = [(name, _read_json(r.results, "results")) for name, seeds in models.items() for r in seeds]
         cmp = comparison.compare(named, baseline=BASELINE, metrics=METRICS, n_samples=n_samples)
         # parameters and inference cost measured on the trained models (first seed)
@@ -66,7 +73,7 @@ def build(runs: List[Run], n_samples: int = 1000, stream=None) -> Dict:
             print(f"WARNING: unequal inference cost of a trained model: {problem}", file=stream)
         first = next(iter(models.values()))[0]
         data["directions"][direction] = {
-            "corpus": first.corpus.path,
+            "corpus": first.corpus.path, "seeds": [r.seed for r in models[BASELINE]],
             "directions": cmp["directions"],
             "equal_inference_cost": not problems, "inference_cost_problems": problems,
             "models": {name: _model_entry(name, seeds, cmp, profiles[name]) for name, seeds in models.items()},
@@ -114,7 +121,7 @@ def draw(data: Dict, path: str, metric: str = "bleu"):
         ax.set_xticks(range(len(directions)))
         ax.set_xticklabels([f"{d}\n{_thousands(s)}" for d, s in zip(directions, sizes)], fontsize="small")
         ax.set_ylabel(f"{metric.upper() if metric == 'bleu' else metric} - baseline")
-        seeds = len(data["seeds"])
+        seeds = len(block["seeds"])
         ax.set_title(f"{name.upper()}: {metric.upper() if metric == 'bleu' else metric} delta vs the baseline "
                      f"(mean over {seeds} seed{'s' if seeds > 1 else ''}, bars: 1 std)", fontsize="medium")
         ax.legend(fontsize="x-small", ncol=3, loc="best")
@@ -131,14 +138,13 @@ def _thousands(n):
 
 # ----------------------------------------------------------------------------- markdown
 def markdown(data: Dict, figure_rel: str = None) -> str:
-    seeds = ", ".join(map(str, data["seeds"]))
     lines = [START, f"## Head-to-head: every sharing strategy at equal inference cost ({data['generated']})", "",
-             f"`langshare head-to-head` (docs/head_to_head.md): {data['updates']} updates per run, seeds {seeds}, "
+             f"`langshare head-to-head` (docs/head_to_head.md): {data['updates']} updates per run, "
              f"the training settings of `scripts/quality_lib.sh`, `langshare evaluate {' '.join(data['evaluate_flags'])}`, "
              f"paired bootstrap against the baseline with sacrebleu. Parameters and inference cost are measured on the "
              f"trained models (one sentence per pair, `analysis/inference_cost.py`).", ""]
     for name, block in data["directions"].items():
-        lines += [f"### {name.upper()}", ""]
+        lines += [f"### {name.upper()}", "", f"Seeds {', '.join(map(str, block['seeds']))}.", ""]
         lines += model_table({m: (entry["flags"], entry) for m, entry in block["models"].items()})
         if not block["equal_inference_cost"]:
             lines += ["", "**Unequal inference cost:** " + "; ".join(block["inference_cost_problems"])]
