@@ -138,7 +138,8 @@ def comparison_markdown(cmp: Dict) -> str:
             continue
         note = f" (mean ± std over {max(seeds.values())} seeds)" if max(seeds.values()) > 1 else ""
         if baseline is not None and any(_test(e, None, metric) for e in cmp["systems"].values()):
-            note += f"; † p < {ALPHA} against {baseline} (paired bootstrap, seeds concatenated)"
+            note += f"; † p < {ALPHA} against {baseline} (paired bootstrap" + (
+                ", seeds concatenated)" if max(seeds.values()) > 1 else ")")
         lines += [f"{label}{note}:", "", "| direction | train pairs | group | sentences | " + " | ".join(names) + " |",
                   "|---|---:|---|---:|" + "---:|" * len(names)]
         for d, info in cmp["directions"].items():
@@ -172,9 +173,11 @@ def _significance_table(cmp, metric):
         return []
     sig = tested[0][1]["significance"]
     label = LABELS.get(metric, metric)
-    lines = [f"{label} against {cmp['baseline']}: delta of the score on the seed-concatenated test set, its p-value, "
-             f"the system's 95% CI (bootstrap mean ± half-width){' and the p-value of each seed' if sig['seeds'] > 1 else ''}"
-             f" ({sig['n_samples']} paired bootstrap resamples, sacrebleu):", "",
+    several = sig["seeds"] > 1
+    lines = [f"{label} against {cmp['baseline']}: delta of the score{' on the seed-concatenated test set' if several else ''}"
+             f", its p-value, the system's 95% CI (bootstrap mean ± half-width)"
+             f"{' and the p-value of each seed' if several else ''} ({sig['n_samples']} paired bootstrap resamples, "
+             "sacrebleu):", "",
              "| direction | " + " | ".join(n for n, _ in tested) + " |", "|---|" + "---:|" * len(tested)]
     for d in list(cmp["directions"]) + [None]:
         cells = []
