@@ -123,7 +123,7 @@ def draw(data: Dict, path: str, metric: str = "bleu"):
         ax.set_ylabel(f"{metric.upper() if metric == 'bleu' else metric} - baseline")
         seeds = len(block["seeds"])
         ax.set_title(f"{name.upper()}: {metric.upper() if metric == 'bleu' else metric} delta vs the baseline "
-                     f"(mean over {seeds} seed{'s' if seeds > 1 else ''}, bars: 1 std)", fontsize="medium")
+                     + (f"(mean over {seeds} seeds, bars: 1 std)" if seeds > 1 else "(1 seed)"), fontsize="medium")
         ax.legend(fontsize="x-small", ncol=3, loc="best")
     fig.tight_layout()
     save_figure_atomic(fig, path)
