@@ -137,7 +137,7 @@ def add_analysis(methods) -> None:
     p = methods.add_parser(
         "lsl-similarity", help="LSL: how similar the languages' copies of each LSL are on the same inputs (CKA)",
         description="Run a trained lsl_transformer over a split, feed every language-specific encoder layer's inputs "
-                    "to every trained language's copy and compare the copies' outputs pairwise (linear CKA).")
+                    "to every trained language's copy and compare what the copies add to them pairwise (linear CKA).")
     p.add_argument("checkpoint", help="an lsl_transformer checkpoint with --lsl-encoder-layers")
     p.add_argument("--data", default=None, help="binarized data directory (default: the one it was trained on)")
     p.add_argument("--split", default="test", help="split to run over (every direction of the task)")
