@@ -2,10 +2,11 @@
 
 Subcommands parse their flags and call one library function each:
 ``prepare-gettext`` (the offline default corpus), ``prepare-corpus`` (the papers' corpora),
-``evaluate`` (BLEU/chrF tables), ``recipe`` (the papers' training and evaluation runs),
-``analyze <method>`` (statistics, the papers' plots, derived architectures), ``export``
-(one language pair's sub-network as a plain fairseq checkpoint or a CTranslate2 model) and
-``translate`` (raw text through an exported CTranslate2 model).
+``evaluate`` (BLEU/chrF tables), ``compare`` (runs side by side, over seeds, with significance),
+``recipe`` (the papers' training and evaluation runs), ``head-to-head`` (every method at equal
+inference cost, several seeds, significance), ``analyze <method>`` (statistics, the papers'
+plots, derived architectures), ``export`` (one language pair's sub-network as a plain fairseq
+checkpoint or a CTranslate2 model) and ``translate`` (raw text through an exported CTranslate2 model).
 """
 
 import argparse
@@ -13,13 +14,13 @@ import logging
 import sys
 import warnings
 
-from . import analysis, evaluation, export
+from . import analysis, comparison, evaluation, export
 from .user_errors import message
 from .data import gettext_corpus
 from .deploy import translate
-from .recipes import corpora, experiments
+from .recipes import corpora, experiments, head_to_head
 
-SUBCOMMANDS = (gettext_corpus, corpora, evaluation, experiments, analysis, export, translate)
+SUBCOMMANDS = (gettext_corpus, corpora, evaluation, comparison, experiments, head_to_head, analysis, export, translate)
 
 
 def build_parser() -> argparse.ArgumentParser:

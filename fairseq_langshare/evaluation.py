@@ -13,7 +13,10 @@ Directions are grouped by the training size of their non-English language, as in
 **high** when it has >= 10000 training pairs, **low** when < 2000, **medium** in between
 (``high_threshold`` / ``low_threshold``). Directions the checkpoint was not trained on are
 **zero-shot**. The results hold per-direction rows, group averages, the overall average and,
-given a baseline results JSON, the win ratio (share of common directions with higher BLEU).
+given a baseline results JSON, the win ratio (share of common directions with higher BLEU) and
+sacrebleu's paired bootstrap test against it (``significance``). The results also keep every
+direction's hypotheses and the identity (path, sha256) of its references, so that
+``langshare compare`` (``comparison``) can test runs against each other after the fact.
 """
 
 import argparse
@@ -90,6 +93,57 @@ def win_ratio(results, baseline_results, metric="bleu"):
     """Share of the directions both results have where ``results`` scores higher on ``metric``."""
     wins, total = _win_stats(results, baseline_results, metric)
     return wins / total
+
+
+# ----------------------------------------------------------------------------- significance inputs
+def reference_identity(path):
+    """What a direction's hypotheses were scored against: the reference file, its sha256 and lines."""
+    from .data.corpus_build import sha256
+
+    with open(path, encoding="utf-8") as f:
+        n = sum(1 for _ in f)
+    return {"path": os.path.abspath(path), "sha256": sha256(path), "n": n}
+
+
+def check_same_references(references, other, name):
+    """Refuse to pair results scored against different reference files for the same direction."""
+    theirs = other.get("references") or {} if isinstance(other, dict) else {}
+    for d, ref in references.items():
+        if d in theirs and theirs[d].get("sha256") != ref["sha256"]:
+            raise EvaluationError(f"direction {d}: {name} was scored against another reference file "
+                                  f"({theirs[d].get('path')}) than {ref['path']}; evaluate both on the same corpus")
+
+
+def read_references(results, direction, name="results"):
+    """The reference lines of ``direction`` that ``results`` were scored against, checked by sha256."""
+    ref = (results.get("references") or {}).get(direction)
+    if not ref:
+        raise EvaluationError(f"{name} records no reference file for {direction}: evaluate it again with "
+                              f"`langshare evaluate` of this version (it stores hypotheses and references)")
+    from .data.corpus_build import sha256
+
+    if not os.path.isfile(ref["path"]) or sha256(ref["path"]) != ref["sha256"]:
+        raise EvaluationError(f"the references of {direction} ({ref['path']}) are missing or changed since {name} "
+                              f"was evaluated (sha256 {ref['sha256'][:12]}...); restore the corpus or evaluate again")
+    with open(ref["path"], encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def baseline_significance(results, baseline_results, n_samples=None):
+    """Paired bootstrap of ``results`` against a single-seed baseline, per common direction and
+    pooled (``significance.compare_to_baseline``); a note instead when the baseline holds no
+    hypotheses."""
+    from . import significance
+
+    mine, theirs = results.get("hypotheses") or {}, baseline_results.get("hypotheses") or {}
+    common = [d for d in results["directions"] if d in mine and d in theirs]
+    if not common:
+        return {"note": "not computed: the baseline results hold no hypotheses for these directions "
+                        "(evaluate the baseline again with this version of `langshare evaluate`)"}
+    refs = {d: read_references(results, d) for d in common}
+    tokenize = {d: significance.bleu_tokenization(results["directions"][d].get("bleu_signature")) for d in common}
+    return significance.compare_to_baseline([{d: theirs[d] for d in common}], [{d: mine[d] for d in common}],
+                                            refs, tokenize, n_samples=n_samples or significance.DEFAULT_SAMPLES)
 
 
 def spbleu_tokenizer(preferred="auto"):
@@ -205,6 +259,7 @@ def to_markdown(results):
     if win:
         lines += ["", f"Win ratio vs baseline `{win.get('baseline')}` ({win.get('metric', 'bleu')}): "
                       f"{win['value']:.2f} ({win.get('wins')}/{win.get('directions')} directions)"]
+    lines += significance_markdown(results.get("significance"))
     lines.append("")
     for label, key in (("BLEU", "bleu"), ("chrF", "chrf"), ("spBLEU", "spbleu")):
         for sig in results.get("signatures", {}).get(key) or []:
@@ -214,44 +269,25 @@ def to_markdown(results):
     return "\n".join(lines).rstrip() + "\n"
 
 
-def compare_markdown(runs, baseline=None, metrics=("bleu", "chrf")):
-    """Side by side: ``runs`` is [(name, results)] (results as ``evaluate`` returns or writes them);
-    one table per metric with a column per run, the group averages and each run's win ratio
-    against the run named ``baseline``. Directions are those of the first run."""
-    if not runs:
-        raise EvaluationError("nothing to compare: give at least one results JSON")
-    names = [name for name, _ in runs]
-    if baseline is not None and baseline not in names:
-        raise EvaluationError(f"--baseline {baseline!r} is not one of the runs ({', '.join(names)}); name one of them")
-    base = dict(runs).get(baseline)
-    first = runs[0][1].get("directions", {})
-    lines = []
-    for metric in metrics:
-        label = {"bleu": "BLEU", "chrf": "chrF", "spbleu": "spBLEU"}.get(metric, metric)
-        if not any(r.get(metric) is not None for _, res in runs for r in res.get("directions", {}).values()):
-            lines += [f"{label}: not in any of the results (spBLEU needs its model on disk; see evaluate)", ""]
-            continue
-        lines += [f"{label}:", "", "| direction | train pairs | group | " + " | ".join(names) + " |",
-                  "|---|---:|---|" + "---:|" * len(names)]
-        for d, row in first.items():
-            cells = [_fmt(res.get("directions", {}).get(d, {}).get(metric)) for _, res in runs]
-            lines.append(f"| {d} | {_fmt(row.get('train_size'))} | {row.get('group', '-')} | " + " | ".join(cells) + " |")
-        averages = [res.get("averages") or _averages(res.get("directions", {})) for _, res in runs]
-        for group in list(GROUP_ORDER) + ["all"]:
-            if group in averages[0]:
-                cells = [_fmt(avg.get(group, {}).get(metric)) for avg in averages]
-                lines.append(f"| **{group}** avg |  |  | " + " | ".join(cells) + " |")
-        if base is not None:
-            cells = []
-            for name, res in runs:
-                if name == baseline:
-                    cells.append("-")
-                    continue
-                wins, total = _win_stats(res, base, metric)
-                cells.append(f"{wins / total:.2f} ({wins}/{total})")
-            lines.append(f"| win ratio vs {baseline} |  |  | " + " | ".join(cells) + " |")
-        lines.append("")
-    return "\n".join(lines)
+def significance_markdown(sig):
+    """Lines of a single-seed significance table (``baseline_significance``): delta, p-value and
+    the 95% confidence interval of this run's score, per direction and pooled."""
+    if not sig:
+        return []
+    if "note" in sig:
+        return ["", f"Significance vs baseline: {sig['note']}"]
+    metrics = [m for m in sig["pooled"] if m in ("bleu", "chrf")]
+    head = " | ".join(f"{m} delta | p | 95% CI" for m in ("BLEU", "chrF")[:len(metrics)])
+    lines = ["", f"Paired bootstrap vs baseline ({sig['n_samples']} resamples, sacrebleu; CI: this run's "
+                 f"bootstrap mean +- half-width):", "", f"| direction | {head} |", "|---|" + "---:|" * 3 * len(metrics)]
+    rows = [(d, sig["directions"][d]) for d in sig["directions"]] + [("all (pooled)", sig["pooled"])]
+    for name, row in rows:
+        cells = []
+        for m in metrics:
+            t = row[m]["seeds_concatenated"]
+            cells += [f"{t['delta']:+.2f}", f"{t['p_value']:.3f}", f"{t['system_mean']:.2f} +- {t['system_ci']:.2f}"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 # ----------------------------------------------------------------------------- corpus/checkpoint
@@ -527,7 +563,10 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
     extra = shlex.split(generate_args) if isinstance(generate_args, str) else list(generate_args)
     flags += _task_flags(task_name, task_cfg) + extra
 
-    rows = {}
+    references = {d: reference_identity(corpus.reference_path(split, *d.split("-"))) for d in directions}
+    if baseline_results is not None:
+        check_same_references(references, baseline_results, baseline_name)
+    rows, hypotheses = {}, {}
     with interrupts_kept() as stop_if_interrupted, tempfile.TemporaryDirectory(prefix="langshare-eval-") as tmp, \
             tqdm(directions, desc=f"evaluate {split}", unit="direction") as bar:
         for d in bar:
@@ -541,6 +580,7 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
             rows[d] = {"train_size": sizes[d], "group": groups[d], "supervised": d in trained,
                        **score(hyps, refs, tgt, bleu_tokenize, spbleu_tokenize), "n": len(refs),
                        "n_untranslated": n_missing}
+            hypotheses[d] = hyps
             if n_missing:
                 logger.warning("%s: %d of %d sentences produced no hypothesis (too long?); scored as empty",
                                d, n_missing, len(refs))
@@ -556,11 +596,15 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         "skipped": skipped,
         "generate_flags": flags,
         "win_ratio": None,
+        "significance": None,
+        "references": references,  # what the hypotheses are scored against, for later significance tests
+        "hypotheses": hypotheses,  # detokenized, one per test sentence, per direction
     }
     if baseline_results is not None:
         wins, total = _win_stats(results, baseline_results, win_metric)
         results["win_ratio"] = {"baseline": baseline_name, "metric": win_metric, "value": wins / total,
                                 "wins": wins, "directions": total}
+        results["significance"] = baseline_significance(results, baseline_results)
     outputs = {out_json: json_text(results) if out_json else None, out_md: to_markdown(results) if out_md else None}
     write_files_atomic({path: text for path, text in outputs.items() if path})  # both of this run, or neither
     return results
@@ -611,7 +655,8 @@ def add_subcommand(subparsers):
                         "than this (medium in between)")
     p.add_argument("--baseline", default=None,
                    help="results JSON of a baseline run (from --out-json): report the win ratio, the share of "
-                        "common directions where this run scores higher on --win-metric")
+                        "common directions where this run scores higher on --win-metric, and sacrebleu's paired "
+                        "bootstrap test against it per direction and pooled (p-values, 95%% CIs)")
     p.add_argument("--win-metric", default="bleu", choices=METRICS, help="metric of the win ratio")
     p.add_argument("--bleu-tokenize", default="auto",
                    help="sacrebleu BLEU tokenization: auto (13a; zh for Chinese targets) or one used for every "
@@ -624,32 +669,4 @@ def add_subcommand(subparsers):
     p.add_argument("--generate-args", default="",
                    help="extra fairseq-generate flags as one string, e.g. --generate-args='--cpu --nbest 1'")
     p.set_defaults(func=_run)
-
-    c = subparsers.add_parser(
-        "compare", help="side-by-side tables of several `langshare evaluate` results",
-        description="One table per metric with a column per run (per direction, group averages) and each run's "
-                    "win ratio against the baseline run.")
-    c.add_argument("results", nargs="+", help="NAME=RESULTS.json (from `langshare evaluate --out-json`), or a path "
-                                              "(named by its file name)")
-    c.add_argument("--baseline", default=None, help="NAME of the run the win ratios are against")
-    c.add_argument("--metrics", default="bleu,chrf", help="comma-separated metrics: bleu, chrf, spbleu")
-    c.set_defaults(func=_run_compare)
     return p
-
-
-def _run_compare(args):
-    try:
-        runs = []
-        for item in args.results:
-            name, _, path = item.rpartition("=") if "=" in item else (None, None, item)
-            name = name or os.path.splitext(os.path.basename(path))[0]
-            results = _read_json(path, "results JSON")
-            rows = results.get("directions") if isinstance(results, dict) else None
-            if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
-                raise EvaluationError(f"{path} is not a `langshare evaluate` results file (no 'directions' table of "
-                                      "per-direction scores): pass files written by langshare evaluate --out-json")
-            runs.append((name, results))
-        print(compare_markdown(runs, args.baseline, tuple(_csv(args.metrics))))
-    except (EvaluationError, FileNotFoundError) as e:
-        print(f"langshare compare: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None

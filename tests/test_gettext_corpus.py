@@ -208,6 +208,29 @@ def test_rerun_is_skipped_and_other_config_refused(built, capsys):
     assert json.load(open(f"{out}/manifest.json")) == m
 
 
+def test_sizes_only_cap_the_held_out_splits():
+    pairs = {f"message number {i}": f"xx {i}" for i in range(4000)}
+    big, small = gc.split_language(pairs, 200, 500), gc.split_language(pairs, 20, 7)
+    assert big["train"] == small["train"] and len(big["train"]) > 3400
+    assert small["test"] == big["test"][:7] and small["valid"] == big["valid"][:20]
+    assert 150 <= len(big["test"]) < 500  # the 5% test buckets of 4000 strings: fewer than the cap
+
+
+@needs_real
+def test_test_size_changes_neither_training_data_nor_sentencepiece(built, tmp_path):
+    out, m = built  # test size 40
+    small_out = str(tmp_path / "small")
+    small = gc.prepare_gettext(small_out, langs=REAL_LANGS, **{**SMALL, "test_size": 10})
+    assert small["counts"]["train"] == m["counts"]["train"] and small["counts"]["valid"] == m["counts"]["valid"]
+    assert all(n == 10 for n in small["counts"]["test"].values())
+    for name in ("spm.model", "bin/dict.txt"):
+        assert open(f"{small_out}/{name}", "rb").read() == open(f"{out}/{name}", "rb").read(), name
+    for pair in m["lang_pairs"]:
+        for lang in pair.split("-"):
+            assert lines(f"{small_out}/raw/train.{pair}.{lang}") == lines(f"{out}/raw/train.{pair}.{lang}")
+            assert lines(f"{small_out}/raw/test.{pair}.{lang}") == lines(f"{out}/raw/test.{pair}.{lang}")[:10]
+
+
 @needs_real
 def test_failure_leaves_nothing(tmp_path, monkeypatch):
     out = tmp_path / "corpus"

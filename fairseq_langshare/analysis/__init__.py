@@ -6,9 +6,9 @@
 one entry point.
 """
 
-from . import adaptive_sparse, clsr_gates, latent_depth, lsl_weights
+from . import adaptive_sparse, clsr_gates, latent_depth, lsl_similarity, lsl_weights
 
-ANALYSES = (adaptive_sparse, clsr_gates, latent_depth, lsl_weights)
+ANALYSES = (adaptive_sparse, clsr_gates, latent_depth, lsl_weights, lsl_similarity)
 
 
 def add_subcommand(subparsers) -> None:

@@ -24,6 +24,7 @@ MAX_CHARS = 300
 HELDOUT_BUCKETS = 1000  # English hash buckets; [0, VALID_BUCKETS) valid, then test
 VALID_BUCKETS = 50      # 5% of the English string space may go to valid ...
 TEST_BUCKETS = 50       # ... and 5% to test; all 10% are kept out of training
+TEST_SIZE = 500  # default cap per direction: directions above ~10k pairs fill it (see docs/data.md)
 SPM_LINES_PER_LANG = 20000  # cap per language (incl. English) of the SentencePiece training text
 SPLITS = ("train", "valid", "test")
 DIRECTIONS = ("o2m", "m2o", "both")
@@ -155,7 +156,9 @@ def _hash(en):
 
 
 def split_language(pairs, valid_size, test_size, max_train=None):
-    """{split: [(en, xx)]} of one language; all ordered by the hash of the English side."""
+    """{split: [(en, xx)]} of one language; all ordered by the hash of the English side. The
+    buckets decide the splits, the sizes only cap valid and test: the training split does not
+    depend on ``valid_size``/``test_size``, and a smaller test set is a prefix of a larger one."""
     by_split = {s: [] for s in SPLITS}
     for en in sorted(pairs, key=lambda e: (_hash(e), e)):
         bucket = int(_hash(en)[:8], 16) % HELDOUT_BUCKETS
@@ -265,7 +268,7 @@ def _resolve_languages(cfg, workers):
 
 
 def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", direction="o2m",
-                    vocab_size=8000, valid_size=200, test_size=200, max_train_per_lang=None,
+                    vocab_size=8000, valid_size=200, test_size=TEST_SIZE, max_train_per_lang=None,
                     min_pairs=500, locale_dir="/usr/share/locale", workers=1, force=False):
     """Build the gettext corpus in ``out_dir`` and return its manifest.
 
@@ -347,8 +350,9 @@ def add_subcommand(subparsers):
                    help="joint SentencePiece vocabulary size (default: %(default)s)")
     p.add_argument("--valid-size", type=int, default=200,
                    help="max valid pairs per direction (default: %(default)s)")
-    p.add_argument("--test-size", type=int, default=200,
-                   help="max test pairs per direction (default: %(default)s)")
+    p.add_argument("--test-size", type=int, default=TEST_SIZE,
+                   help="max test pairs per direction; fewer where the test hash buckets hold fewer; the "
+                   "training data and the SentencePiece model do not depend on it (default: %(default)s)")
     p.add_argument("--max-train-per-lang", type=int,
                    help="cap on training pairs per language (default: no cap)")
     p.add_argument("--min-pairs", type=int, default=500, help="languages with fewer cleaned "

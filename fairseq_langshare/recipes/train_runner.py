@@ -217,7 +217,7 @@ def compare_all(runs_dir: str, eval_set: str, baseline: str, metrics):
     """``compare-<set>.md`` in the experiment directory: every method evaluated so far, side by side."""
     import json
 
-    from .. import evaluation
+    from .. import comparison
 
     results = []
     for name in sorted(os.listdir(runs_dir)):
@@ -234,7 +234,7 @@ def compare_all(runs_dir: str, eval_set: str, baseline: str, metrics):
                                          for _, res in results)]
     if not metrics:
         return None
-    text = evaluation.compare_markdown(results, base, tuple(metrics))
+    text = comparison.compare_markdown(results, base, tuple(metrics))
     return write_text_atomic(os.path.join(runs_dir, f"compare-{eval_set}.md"), text)
 
 

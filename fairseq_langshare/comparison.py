@@ -1,0 +1,254 @@
+"""``langshare compare``: several ``langshare evaluate`` results side by side, over seeds, with
+significance against a baseline.
+
+A system is a name; giving the same name several times (``lsl=s1.json lsl=s2.json``) gives it
+several seeds, paired by position with the baseline's seeds. Per direction and per resource group
+(High/Medium/Low, as ``evaluate`` groups them) the tables show the mean and standard deviation over
+seeds; a direction counts as a win only when the system's seed mean is above the baseline's. With a
+baseline whose results hold hypotheses (``evaluate`` of this version stores them), every system is
+tested against it with sacrebleu's paired bootstrap (``significance.compare_to_baseline``), per
+direction and over all directions pooled, on each seed pair and on the seed-concatenated systems.
+"""
+
+import argparse
+import os
+import sys
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .atomic_files import write_json_atomic, write_text_atomic
+from .evaluation import GROUP_ORDER, EvaluationError, _averages, _csv, _fmt, _read_json, read_references
+from . import significance
+
+LABELS = significance.METRIC_LABELS
+ALPHA = 0.05  # the level the tables mark
+
+
+def group_systems(runs: Sequence[Tuple[str, dict]]) -> "OrderedDict[str, List[dict]]":
+    """[(name, results)] -> {name: [results of seed 1, seed 2, ...]} in first-appearance order."""
+    systems = OrderedDict()
+    for name, results in runs:
+        if not isinstance(results, dict) or not isinstance(results.get("directions"), dict):
+            raise EvaluationError(f"{name} is not an evaluate results dict/JSON (no 'directions' mapping)")
+        systems.setdefault(name, []).append(results)
+    return systems
+
+
+def _seed_values(seeds, direction, metric):
+    return [res["directions"].get(direction, {}).get(metric) for res in seeds]
+
+
+def _group_summaries(seeds, metrics):
+    per_seed = [res.get("averages") or _averages(res["directions"]) for res in seeds]
+    groups = [g for g in list(GROUP_ORDER) + ["all"] if g in per_seed[0]]
+    return {g: {"n_directions": per_seed[0][g].get("n_directions"),
+                **{m: significance.seed_summary([avg.get(g, {}).get(m) for avg in per_seed]) for m in metrics}}
+            for g in groups}
+
+
+def _win(mine, base, directions, metric):
+    common = [d for d in directions if mine[d][metric]["mean"] is not None and base[d][metric]["mean"] is not None]
+    if not common:
+        return None
+    wins = sum(mine[d][metric]["mean"] > base[d][metric]["mean"] for d in common)
+    return {"value": wins / len(common), "wins": wins, "directions": len(common)}
+
+
+def _significance(base_seeds, seeds, directions, n_samples):
+    """compare_to_baseline on the directions both systems have hypotheses for, or a note why not."""
+    have = [d for d in directions if all(d in (r.get("hypotheses") or {}) for r in base_seeds + seeds)]
+    if not have:
+        return {"note": "not computed: the results hold no hypotheses (evaluate again with this version of "
+                        "`langshare evaluate`, which stores them)"}
+    refs = {}
+    for d in have:
+        digests = {(r.get("references") or {}).get(d, {}).get("sha256") for r in base_seeds + seeds}
+        if len(digests) != 1:
+            raise EvaluationError(f"direction {d}: the runs were scored against different reference files; "
+                                  f"compare runs evaluated on the same corpus")
+        refs[d] = read_references(seeds[0], d)
+    tokenize = {d: significance.bleu_tokenization(seeds[0]["directions"][d].get("bleu_signature")) for d in have}
+    return significance.compare_to_baseline([r["hypotheses"] for r in base_seeds], [r["hypotheses"] for r in seeds],
+                                            refs, tokenize, n_samples=n_samples)
+
+
+def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, metrics=("bleu", "chrf"),
+            test: bool = True, n_samples: int = significance.DEFAULT_SAMPLES) -> Dict:
+    """The comparison as a JSON-able dict: per system the seed mean/std per direction and group,
+    the win ratio (seed means) and, with ``test``, the paired bootstrap against ``baseline``.
+    Directions are those of the first run."""
+    if not runs:
+        raise EvaluationError("nothing to compare: give at least one results JSON")
+    systems = group_systems(runs)
+    if baseline is not None and baseline not in systems:
+        raise EvaluationError(f"--baseline {baseline!r} is not one of the runs ({', '.join(systems)}); name one of them")
+    first = runs[0][1]["directions"]
+    directions = list(first)
+    out = {"baseline": baseline, "metrics": list(metrics),
+           "directions": {d: {k: first[d].get(k) for k in ("train_size", "group", "n")} for d in directions},
+           "systems": OrderedDict()}
+    for name, seeds in systems.items():
+        out["systems"][name] = {
+            "seeds": len(seeds),
+            "directions": {d: {m: significance.seed_summary(_seed_values(seeds, d, m)) for m in metrics}
+                           for d in directions},
+            "averages": _group_summaries(seeds, metrics),
+        }
+    if baseline is None:
+        return out
+    base = out["systems"][baseline]
+    tested = [m for m in metrics if m in significance.TESTED_METRICS]
+    for name, entry in out["systems"].items():
+        if name == baseline:
+            continue
+        entry["win_ratio"] = {m: _win(entry["directions"], base["directions"], directions, m) for m in metrics}
+        if test and tested:
+            entry["significance"] = _significance(systems[baseline], systems[name], directions, n_samples)
+    return out
+
+
+# ----------------------------------------------------------------------------- markdown
+def _cell(summary):
+    if summary["mean"] is None:
+        return "-"
+    return _fmt(summary["mean"]) + (f" ± {summary['std']:.2f}" if summary["std"] is not None else "")
+
+
+def _test(entry, direction, metric):
+    """The seed-concatenated test of ``entry`` for a direction (None: pooled), if computed."""
+    sig = entry.get("significance") or {}
+    row = sig.get("pooled") if direction is None else (sig.get("directions") or {}).get(direction)
+    return (row or {}).get(metric, {}).get("seeds_concatenated")
+
+
+def _marked(cell, test):
+    return cell + (" †" if test is not None and test["p_value"] < ALPHA else "")
+
+
+def comparison_markdown(cmp: Dict) -> str:
+    """One table per metric (mean ± std over seeds, † where the paired bootstrap against the
+    baseline gives p < 0.05), the win ratio, and a table of deltas, p-values and 95% CIs."""
+    names, baseline = list(cmp["systems"]), cmp["baseline"]
+    seeds = {n: e["seeds"] for n, e in cmp["systems"].items()}
+    lines = []
+    for metric in cmp["metrics"]:
+        label = LABELS.get(metric, metric)
+        if all(row[metric]["mean"] is None for e in cmp["systems"].values() for row in e["directions"].values()):
+            lines += [f"{label}: not in any of the results (spBLEU needs its model on disk; see evaluate)", ""]
+            continue
+        note = f" (mean ± std over {max(seeds.values())} seeds)" if max(seeds.values()) > 1 else ""
+        if baseline is not None and any(_test(e, None, metric) for e in cmp["systems"].values()):
+            note += f"; † p < {ALPHA} against {baseline} (paired bootstrap" + (
+                ", seeds concatenated)" if max(seeds.values()) > 1 else ")")
+        lines += [f"{label}{note}:", "", "| direction | train pairs | group | sentences | " + " | ".join(names) + " |",
+                  "|---|---:|---|---:|" + "---:|" * len(names)]
+        for d, info in cmp["directions"].items():
+            cells = [_marked(_cell(e["directions"][d][metric]), _test(e, d, metric)) for e in cmp["systems"].values()]
+            lines.append(f"| {d} | {_fmt(info['train_size'])} | {info.get('group') or '-'} | {_fmt(info['n'])} | "
+                         + " | ".join(cells) + " |")
+        first = next(iter(cmp["systems"].values()))
+        for group in first["averages"]:
+            cells = [_cell(e["averages"].get(group, {}).get(metric, {"mean": None})) for e in cmp["systems"].values()]
+            lines.append(f"| **{group}** avg |  |  |  | " + " | ".join(cells) + " |")
+        if baseline is not None:
+            wins = []
+            for n, e in cmp["systems"].items():
+                w = (e.get("win_ratio") or {}).get(metric)
+                wins.append("-" if n == baseline or w is None else f"{w['value']:.2f} ({w['wins']}/{w['directions']})")
+            lines.append(f"| win ratio vs {baseline} |  |  |  | " + " | ".join(wins) + " |")
+            pooled = [_test(e, None, metric) for e in cmp["systems"].values()]
+            if any(pooled):
+                lines.append("| p, all directions pooled |  |  |  | "
+                             + " | ".join("-" if t is None else f"{t['p_value']:.3f}" for t in pooled) + " |")
+        lines.append("")
+        lines += _significance_table(cmp, metric)
+    notes = {e["significance"]["note"] for e in cmp["systems"].values() if "note" in (e.get("significance") or {})}
+    lines += [f"Significance: {n}" for n in sorted(notes)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _significance_table(cmp, metric):
+    tested = [(n, e) for n, e in cmp["systems"].items() if _test(e, None, metric)]
+    if not tested:
+        return []
+    sig = tested[0][1]["significance"]
+    label = LABELS.get(metric, metric)
+    several = sig["seeds"] > 1
+    lines = [f"{label} against {cmp['baseline']}: delta of the score{' on the seed-concatenated test set' if several else ''}"
+             f", its p-value, the system's 95% CI (bootstrap mean ± half-width)"
+             f"{' and the p-value of each seed' if several else ''} ({sig['n_samples']} paired bootstrap resamples, "
+             "sacrebleu):", "",
+             "| direction | " + " | ".join(n for n, _ in tested) + " |", "|---|" + "---:|" * len(tested)]
+    for d in list(cmp["directions"]) + [None]:
+        cells = []
+        for _, e in tested:
+            t = _test(e, d, metric)
+            if t is None:
+                cells.append("-")
+                continue
+            row = e["significance"]["pooled"] if d is None else e["significance"]["directions"][d]
+            per_seed = row[metric]["per_seed"]
+            seeds = " [" + ", ".join("%.3f" % s["p_value"] for s in per_seed) + "]" if len(per_seed) > 1 else ""
+            cells.append(f"{t['delta']:+.2f}, p {t['p_value']:.3f}, {t['system_mean']:.2f} ± {t['system_ci']:.2f}{seeds}")
+        lines.append(f"| {d or 'all (pooled)'} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def compare_markdown(runs, baseline=None, metrics=("bleu", "chrf"), test=True):
+    """``comparison_markdown(compare(...))``: the tables for [(name, results)]."""
+    return comparison_markdown(compare(runs, baseline, metrics, test=test))
+
+
+# ----------------------------------------------------------------------------- CLI
+def read_runs(items: Sequence[str]) -> List[Tuple[str, dict]]:
+    """NAME=RESULTS.json (or a path, named by its file name) -> [(name, results)]."""
+    runs = []
+    for item in items:
+        name, _, path = item.rpartition("=") if "=" in item else (None, None, item)
+        name = name or os.path.splitext(os.path.basename(path))[0]
+        if not os.path.isfile(path):
+            raise EvaluationError(f"results JSON not found: {path} (write one with `langshare evaluate --out-json`)")
+        results = _read_json(path, "results JSON")
+        rows = results.get("directions") if isinstance(results, dict) else None
+        if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
+            raise EvaluationError(f"{path} is not a `langshare evaluate` results file (no 'directions' table of "
+                                  "per-direction scores): pass files written by langshare evaluate --out-json")
+        runs.append((name, results))
+    return runs
+
+
+def _run(args):
+    try:
+        cmp = compare(read_runs(args.results), args.baseline, tuple(_csv(args.metrics)),
+                      test=not args.no_significance, n_samples=args.bootstrap_samples)
+        text = comparison_markdown(cmp)
+        if args.out_json:
+            write_json_atomic(args.out_json, cmp)
+        if args.out_md:
+            write_text_atomic(args.out_md, text)
+        print(text)
+    except (EvaluationError, FileNotFoundError) as e:
+        print(f"langshare compare: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return cmp
+
+
+def add_subcommand(subparsers):
+    """Register ``langshare compare``."""
+    c = subparsers.add_parser(
+        "compare", help="side-by-side tables of several `langshare evaluate` results, over seeds, with significance",
+        description="One table per metric with a column per system (per direction, group averages; mean ± std over "
+                    "seeds when a name is given several times), each system's win ratio against the baseline (seed "
+                    "means) and sacrebleu's paired bootstrap test against it per direction and pooled.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    c.add_argument("results", nargs="+", help="NAME=RESULTS.json (from `langshare evaluate --out-json`), or a path "
+                                              "(named by its file name); repeat a NAME for its other seeds")
+    c.add_argument("--baseline", default=None, help="NAME of the system the win ratios and tests are against")
+    c.add_argument("--metrics", default="bleu,chrf", help="comma-separated metrics: bleu, chrf, spbleu")
+    c.add_argument("--no-significance", action="store_true", help="skip the paired bootstrap tests")
+    c.add_argument("--bootstrap-samples", type=int, default=significance.DEFAULT_SAMPLES,
+                   help="paired bootstrap resamples per test")
+    c.add_argument("--out-json", default=None, help="write the comparison (means, stds, tests) as JSON here")
+    c.add_argument("--out-md", default=None, help="write the markdown tables here")
+    c.set_defaults(func=_run)
+    return c

@@ -1,0 +1,100 @@
+"""The models of the head-to-head (``langshare head-to-head``), in one table: edit the flags here.
+
+Every model runs the baseline's inference cost: 2 encoder and 2 decoder layers per sentence,
+d_model 128, FFN 512, 4 heads (``langshare_transformer_small``). The language-sharing methods get
+their language-specific capacity without running more (LSL replaces a layer by per-language copies,
+latent depth and adaptive sparsity select from a larger pool); adapters and CLSR run the same
+layers plus small extra modules, which the plan's FLOPs column shows. ``tests/test_head_to_head.py``
+checks layers and widths on the models these flags build. The flags of each direction put the
+language-specific part on the side whose language varies (O2M: target, M2O: source), as the papers
+do for each direction.
+"""
+
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
+DIRECTIONS = ("o2m", "m2o")
+
+
+@dataclass(frozen=True)
+class H2HModel:
+    name: str  # run directory name; "baseline" is what every other model is compared with
+    label: str
+    arch: str
+    flags: Dict[str, Tuple[str, ...]]  # per direction, after --arch
+    reason: str  # why this configuration (paper, section)
+    extra_compute: str = ""  # what it runs beyond the baseline's layers, if anything
+    # `langshare analyze` commands (argv after "analyze") that draw what each language uses;
+    # {ckpt}, {out} and {corpus} are filled in
+    analysis: Tuple[Tuple[str, ...], ...] = ()
+
+    def argv(self, direction: str) -> Tuple[str, ...]:
+        return ("--arch", self.arch) + tuple(self.flags[direction])
+
+
+def _both(*flags):
+    return {d: tuple(flags) for d in DIRECTIONS}
+
+
+MODELS = (
+    H2HModel(
+        "baseline", "baseline", "langshare_transformer_small", _both(),
+        "the shared multilingual model every method is compared with: 2+2 post-norm layers, 128/512, 4 heads, "
+        "target-language token on the source (Johnson et al. 2017)"),
+    H2HModel(
+        "baseline_prenorm", "baseline (pre-norm)", "langshare_transformer_small",
+        _both("--encoder-normalize-before", "--decoder-normalize-before"),
+        "the baseline with pre-norm layers, as latent depth and adaptive sparsity have (latent depth section 3.2, "
+        "adaptive sparse Eq. 7): tells their effect from the layer-norm placement's"),
+    H2HModel(
+        "adapters", "language adapters", "langshare_adapter_transformer_small", _both("--adapter-placement", "enc-dec"),
+        "the strongest baseline of the papers with a shared decoder: source adapters after every encoder layer, "
+        "target adapters after every decoder layer (Philip et al. 2020; LSL paper Table 5, 'Shared Decoder "
+        "Adapters'); bottleneck 32 = d/4, as 128 for d = 512 (the preset)",
+        extra_compute="an adapter (layer norm, 128->32->128) after every layer"),
+    H2HModel(
+        "lsl", "LSL", "lsl_transformer_small",
+        {"o2m": ("--encoder-layers", "2", "--lsl-encoder-layers", "TGT={2}"),
+         "m2o": ("--encoder-layers", "2", "--lsl-encoder-layers", "SRC={1}")},
+        "one of the 2 encoder layers is language-specific, where the LSL paper's search puts them: target LSLs at "
+        "the top of the encoder (O2M), source LSLs at the bottom (M2O) (section 5, LSL-NAS-SD in Table 5: "
+        "'SRC={4} & TGT={12-16}' of 16); a sentence runs one copy, so the cost is the baseline's",
+        analysis=(("lsl-similarity", "{ckpt}", "--split", "test", "--out", "{out}"),)),
+    H2HModel(
+        "clsr", "CLSR", "clsr_transformer_small",
+        {"o2m": ("--clsr-encoder-lang", "tgt", "--clsr-budget", "0.3"),
+         "m2o": ("--clsr-encoder-lang", "src", "--clsr-decoder-lang", "src", "--clsr-budget", "0.1")},
+        "target-specific routing on both sides for O2M, source-specific for M2O, with the budget the paper found "
+        "best for each (p = 0.3 O2M, p = 0.1 M2O: section 5, Figure 2); gate size d_g 32 (the preset)",
+        extra_compute="per sub-layer a gate (128->32->1) and a 128x128 shared or language projection "
+                      "(short inputs run both projections and select)",
+        analysis=(("clsr", "{ckpt}", "--split", "test", "--out", "{out}"),
+                  ("clsr-lsscore", "{out}/gates.json", "--manifest", "{corpus}/manifest.json", "--out", "{out}"))),
+    H2HModel(
+        "latent_depth", "latent depth", "latent_depth_transformer_small",
+        {"o2m": ("--encoder-layers", "2", "--decoder-layers", "4", "--latent-decoder-target-depth", "2",
+                 "--latent-keep", "top-k"),
+         "m2o": ("--encoder-layers", "2", "--decoder-layers", "4", "--latent-decoder-target-depth", "2",
+                 "--latent-decoder-lang", "src", "--latent-keep", "top-k")},
+        "LL-D, the paper's multilingual setting for O2M and M2O (section 4.3, Tables 3 and 5): 4 latent decoder "
+        "layers, target depth K = 2 (Eq. 8), each language keeps its 2 most probable layers at inference; one "
+        "posterior per language pair, i.e. per target language (O2M) or source language (M2O)",
+        analysis=(("latent-depth", "{ckpt}", "--out", "{out}"),)),
+    H2HModel(
+        "adaptive_sparse", "adaptive sparse (FFN)", "adaptive_sparse_transformer_small",
+        _both("--encoder-layers", "2", "--decoder-layers", "2", "--sparse-types", "ffn",
+              "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024", "--sparse-ffn-blocks", "8",
+              "--sparse-encoder-keep-blocks", "4", "--sparse-decoder-keep-blocks", "4"),
+        "FFN-block sparsity at the baseline's active size, as the paper compares (section 5.2): FFN 1024 in 8 "
+        "blocks, 4 kept per language (512 run); the one sparsity type that keeps every layer and head of the "
+        "baseline (attention sparsity runs fewer heads); T-bar and loss weights are the model's defaults",
+        analysis=(("adaptive-sparse", "{ckpt}", "--out", "{out}"),)),
+)
+BASELINE = "baseline"
+
+
+def model(name: str) -> H2HModel:
+    for m in MODELS:
+        if m.name == name:
+            return m
+    raise ValueError(f"unknown head-to-head model {name!r}: choose from {', '.join(m.name for m in MODELS)}")

@@ -1,0 +1,306 @@
+"""The runs of ``langshare head-to-head``: where they live, how they are trained (exactly the
+settings of ``scripts/quality_lib.sh``, ``--seed k``, json logs), evaluated and skipped, and the
+models built from their flags for measuring parameters and inference cost.
+
+Layout: ``RUNS/<direction>/<model>/seed<k>/`` (the one ``/work/runs/bin/train.sh`` writes):
+fairseq's checkpoints, ``train.log``, a ``finished-<updates>`` marker once training is done (such a
+run is never trained again), and ``test.json``/``test.md`` of ``langshare evaluate`` (redone only
+when older than the checkpoint or without hypotheses). Each process runs on one thread.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+from .head_to_head_models import BASELINE, DIRECTIONS, H2HModel, model as model_named
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CORPORA = {"o2m": "demo_run/corpus", "m2o": "demo_run/corpus_m2o"}  # scripts/quality_lib.sh's
+# scripts/quality_lib.sh's fairseq-train settings (tests/test_head_to_head.py compares them)
+TRAIN_FLAGS = ("--encoder-langtok", "tgt", "--sampling-method", "temperature", "--sampling-temperature", "5",
+               "--share-all-embeddings", "--dropout", "0.1",
+               "--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+               "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "0.002", "--lr-scheduler", "inverse_sqrt",
+               "--warmup-updates", "400", "--max-tokens", "2048")
+CHECKPOINT_FLAGS = ("--no-epoch-checkpoints", "--validate-interval-updates", "500", "--save-interval-updates", "500",
+                    "--keep-interval-updates", "1")
+EVALUATE_FLAGS = ("--split", "test", "--beam", "4")  # scripts/quality_lib.sh's and /work/runs/bin/eval.sh's
+CORPUS_FLAGS = dict(num_langs=8, selection="spread", vocab_size=8000, workers=2)  # scripts/quality_lib.sh's
+# Updates per second of one training process with a core to itself, for the --dry-run estimate:
+# langshare_transformer_small trained 2,400 updates in 581 s on an idle machine (docs/results.md,
+# `make demo`); the others are scaled by their speed relative to it, measured in one run
+# (benchmarks/head_to_head_speed.py -> benchmarks/results/head_to_head_speed.json, CPU time).
+UPDATES_PER_SECOND = {"baseline": 4.1, "baseline_prenorm": 4.1, "adapters": 3.8, "lsl": 3.8, "clsr": 3.4,
+                      "latent_depth": 3.2, "adaptive_sparse": 3.1}
+EVALUATE_SECONDS = 150  # one run's test set (8 directions, 2,307 sentences, beam 4), one thread
+DEFAULT_UPDATES = 2000
+
+
+@dataclass
+class Corpus:
+    path: str
+    direction: str
+
+    @property
+    def exists(self) -> bool:
+        return os.path.isfile(os.path.join(self.path, "manifest.json"))
+
+    def _line(self, name):
+        with open(os.path.join(self.path, name), encoding="utf-8") as f:
+            return f.read().split()
+
+    @property
+    def langs(self) -> str:
+        return ",".join(self._line("langs.txt"))
+
+    @property
+    def lang_pairs(self) -> str:
+        return self._line("lang_pairs.txt")[0]
+
+    def prepare(self):
+        from ..data.gettext_corpus import prepare_gettext
+
+        prepare_gettext(self.path, direction=self.direction, **CORPUS_FLAGS)
+
+
+@dataclass
+class Run:
+    direction: str
+    model: H2HModel
+    seed: int
+    dir: str
+    corpus: Corpus
+    updates: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.direction}/{self.model.name}/seed{self.seed}"
+
+    @property
+    def checkpoint(self) -> str:
+        return os.path.join(self.dir, "checkpoint_last.pt")
+
+    @property
+    def results(self) -> str:
+        return os.path.join(self.dir, "test.json")
+
+    @property
+    def trained(self) -> bool:
+        return os.path.exists(os.path.join(self.dir, f"finished-{self.updates}"))
+
+    @property
+    def evaluated(self) -> bool:
+        """test.json with hypotheses, newer than the checkpoint."""
+        if not (self.trained and os.path.isfile(self.results) and os.path.isfile(self.checkpoint)):
+            return False
+        if os.path.getmtime(self.results) < os.path.getmtime(self.checkpoint):
+            return False
+        with open(self.results, encoding="utf-8") as f:
+            return '"hypotheses"' in f.read()
+
+    @property
+    def status(self) -> str:
+        if self.evaluated:
+            return "done"
+        if self.trained:
+            return "to evaluate"
+        return "to resume" if os.path.isfile(self.checkpoint) else "to train"
+
+
+def train_argv(run: Run, device: str = "cpu") -> List[str]:
+    """fairseq-train's arguments: scripts/quality_lib.sh's settings, --seed, json logs, the model."""
+    corpus = run.corpus
+    argv = [os.path.join(corpus.path, "bin"), "--user-dir", PACKAGE_DIR, "--task", "multilingual_langshare",
+            "--langs", corpus.langs, "--lang-pairs", corpus.lang_pairs, *TRAIN_FLAGS,
+            "--max-update", str(run.updates), "--save-dir", run.dir, *CHECKPOINT_FLAGS,
+            *(["--cpu"] if device == "cpu" else []), "--num-workers", "0", "--seed", str(run.seed),
+            "--log-format", "json", "--log-interval", "100"]
+    return argv + list(run.model.argv(run.direction))
+
+
+def plan(models: Sequence[str], directions: Sequence[str], seeds: Sequence[int], runs_dir: str,
+         corpora: Dict[str, str], updates: int) -> List[Run]:
+    """Every (direction, seed, model) run, seed-major: all models of seed 1 come first."""
+    if BASELINE not in models:
+        raise ValueError(f"--models must include {BASELINE}: every model is compared with it")
+    chosen = [model_named(m) for m in models]
+    for d in directions:
+        if d not in DIRECTIONS:
+            raise ValueError(f"unknown direction {d!r}: choose from {', '.join(DIRECTIONS)}")
+    if updates < 1 or not seeds or min(seeds) < 1:
+        raise ValueError("--updates and every --seeds value must be positive integers")
+    return [Run(d, m, s, os.path.join(runs_dir, d, m.name, f"seed{s}"), Corpus(corpora[d], d), updates)
+            for d in directions for s in seeds for m in chosen]
+
+
+# ----------------------------------------------------------------------------- building the models
+def build(run: Run, checkpoint: Optional[str] = None, data: Optional[str] = None):
+    """(model, task, args) as fairseq-train builds them for ``run``, schedules at the end of
+    training; with ``checkpoint``, that checkpoint's weights. ``data``: another data directory
+    with the corpus's dictionaries (a stand-in when the corpus is not built yet)."""
+    from fairseq import checkpoint_utils, options, tasks
+
+    argv = train_argv(run)
+    if data is not None:
+        argv[0] = data
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    task = tasks.setup_task(args)
+    if checkpoint is None:
+        model = task.build_model(args)
+    else:
+        model = checkpoint_utils.load_model_ensemble([checkpoint], task=task)[0][0]
+    model.set_num_updates(run.updates)
+    return model, task, args
+
+
+def _standin_data(tmp: str, direction: str, vocab: int = 8000):
+    """Dictionaries for a corpus that is not built yet: en + 8 placeholder languages, ``vocab`` symbols."""
+    langs = ["en"] + [f"l{i}" for i in range(1, 9)]
+    pairs = [f"en-{x}" if direction == "o2m" else f"{x}-en" for x in langs[1:]]
+    os.makedirs(os.path.join(tmp, "bin"), exist_ok=True)
+    words = "".join(f"w{i} 1\n" for i in range(vocab - 4))
+    for name in ["dict.txt"] + [f"dict.{lang}.txt" for lang in langs]:
+        with open(os.path.join(tmp, "bin", name), "w", encoding="utf-8") as f:
+            f.write(words)
+    for name, text in (("langs.txt", "\n".join(langs)), ("lang_pairs.txt", ",".join(pairs)), ("manifest.json", "{}")):
+        with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    return Corpus(tmp, direction)
+
+
+def profile(run: Run, checkpoint: Optional[str] = None, corpus: Optional[Corpus] = None) -> Dict:
+    """Parameters (total, per pair) and the measured inference profile of every pair of ``run``'s
+    model (``analysis.inference_cost``)."""
+    from ..analysis.inference_cost import inference_profile, parameters
+
+    if corpus is not None:
+        run = Run(run.direction, run.model, run.seed, run.dir, corpus, run.updates)
+    model, task, args = build(run, checkpoint)
+    ids = {p: tuple(task.inventory.id(x) for x in p.split("-")) for p in run.corpus.lang_pairs.split(",")}
+    return {"parameters": parameters(model, ids, args),
+            "inference": {p: inference_profile(model, *ids[p]) for p in ids}}
+
+
+def equal_cost_problems(profiles: Dict[str, Dict]) -> List[str]:
+    """What differs from the baseline's layers and widths, per model and pair (empty: all equal)."""
+    from ..analysis.inference_cost import cost_signature
+
+    base = profiles[BASELINE]["inference"]
+    problems = []
+    for name, prof in profiles.items():
+        for pair, p in prof["inference"].items():
+            if cost_signature(p) != cost_signature(base[pair]):
+                problems.append(f"{name} {pair}: runs {cost_signature(p)}, the baseline {cost_signature(base[pair])}")
+    return problems
+
+
+# ----------------------------------------------------------------------------- running
+def _environment():
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(PACKAGE_DIR), env.get("PYTHONPATH")]))
+    return env
+
+
+def _call(argv, log_path):
+    with open(log_path, "a", encoding="utf-8") as log:
+        return subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT, env=_environment())
+
+
+def train(run: Run, device: str = "cpu") -> None:
+    """Train (or resume) unless finished; mark ``finished-<updates>`` when fairseq says so."""
+    if run.trained:
+        return
+    os.makedirs(run.dir, exist_ok=True)
+    log = os.path.join(run.dir, "train.log")
+    code = _call([sys.executable, "-m", "fairseq_cli.train", *train_argv(run, device)], log)
+    done = False
+    if os.path.isfile(log):
+        with open(log, encoding="utf-8") as f:
+            done = "done training" in f.read()
+    if code != 0 or not done:
+        raise RuntimeError(f"{run.name}: fairseq-train failed (exit {code}); see {log}")
+    open(os.path.join(run.dir, f"finished-{run.updates}"), "w").close()
+
+
+def evaluate(run: Run) -> None:
+    """``langshare evaluate`` on the test split (beam 4) into test.json/test.md, unless current."""
+    if run.evaluated:
+        return
+    log = os.path.join(run.dir, "eval.log")
+    argv = [sys.executable, "-m", "fairseq_langshare.cli", "evaluate", run.checkpoint, run.corpus.path,
+            *EVALUATE_FLAGS, "--out-json", run.results, "--out-md", os.path.join(run.dir, "test.md")]
+    if _call(argv, log) != 0:
+        raise RuntimeError(f"{run.name}: langshare evaluate failed; see {log}")
+
+
+def execute(runs: List[Run], jobs: int, device: str = "cpu", stream=None) -> List[str]:
+    """Train and evaluate every run not done, ``jobs`` at a time; returns the failures."""
+    stream = stream or sys.stdout
+    todo = [r for r in runs if r.status != "done"]
+    failures = []
+
+    def work(item):
+        index, run = item
+        start = time.time()
+        print(f"[{index}/{len(todo)}] {run.name}: {run.status}", file=stream, flush=True)
+        try:
+            train(run, device)
+            evaluate(run)
+        except RuntimeError as error:
+            failures.append(str(error))
+            print(f"[{index}/{len(todo)}] {run.name}: FAILED: {error}", file=stream, flush=True)
+            return
+        print(f"[{index}/{len(todo)}] {run.name}: done in {time.time() - start:.0f} s", file=stream, flush=True)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(work, enumerate(todo, 1)))
+    return failures
+
+
+def _plain(cfg) -> Dict:
+    """A checkpoint's config section as a dict (fairseq stores a Namespace or an omegaconf config)."""
+    from omegaconf import OmegaConf
+
+    return dict(vars(cfg)) if isinstance(cfg, argparse.Namespace) else OmegaConf.to_container(cfg, resolve=False)
+
+
+def import_run(runs: List[Run], model: str, seed: int, path: str) -> Run:
+    """Link a finished run trained elsewhere with these settings into the layout, after checking
+    its marker and that its saved config has this plan's model flags, seed and corpus."""
+    from fairseq import checkpoint_utils, options
+
+    path = os.path.abspath(path)
+    ckpt = os.path.join(path, "checkpoint_last.pt")
+    if not os.path.isfile(ckpt):
+        raise ValueError(f"--import-run {model} {seed} {path}: no checkpoint_last.pt there")
+    cfg = checkpoint_utils.load_checkpoint_to_cpu(ckpt)["cfg"]
+    pairs = ",".join(cfg.task.lang_pairs) if isinstance(cfg.task.lang_pairs, (list, tuple)) else str(cfg.task.lang_pairs)
+    matches = [r for r in runs if r.model.name == model and r.seed == seed and r.corpus.lang_pairs == pairs]
+    if not matches:
+        raise ValueError(f"--import-run {model} {seed} {path}: no planned run of model {model}, seed {seed} on "
+                         f"the directions {pairs}; check --models, --seeds and the corpora")
+    run = matches[0]
+    if not os.path.exists(os.path.join(path, f"finished-{run.updates}")):
+        raise ValueError(f"--import-run: {path} has no finished-{run.updates} marker: it did not finish "
+                         f"{run.updates} updates (pass --updates to match it)")
+    args = options.parse_args_and_arch(options.get_training_parser(), train_argv(run))
+    # every model option the plan's command line sets (None: resolved by the model when built)
+    saved = _plain(cfg.model)
+    differ = [k for k, v in vars(args).items() if k in saved and k not in ("data", "save_dir", "user_dir")
+              and v is not None and not isinstance(v, (list, tuple)) and str(saved[k]) != str(v)]
+    if int(cfg.common.seed) != seed or differ:
+        raise ValueError(f"--import-run: {path} was trained with seed {cfg.common.seed} and differs in "
+                         f"{', '.join(differ) or 'nothing else'}; import only runs of the planned configuration")
+    if os.path.lexists(run.dir):
+        if os.path.realpath(run.dir) == path:
+            return run
+        raise ValueError(f"--import-run: {run.dir} already exists; remove it first to import {path}")
+    os.makedirs(os.path.dirname(run.dir), exist_ok=True)
+    os.symlink(path, run.dir)
+    return run

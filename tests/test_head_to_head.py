@@ -1,0 +1,241 @@
+"""``langshare head-to-head``: equal inference cost measured on the built models, the training
+settings of scripts/quality_lib.sh, skip on re-run, the report."""
+
+import io
+import json
+import os
+import re
+import shlex
+
+import pytest
+
+from fairseq_langshare.analysis.inference_cost import cost_signature
+from fairseq_langshare.recipes import head_to_head, head_to_head_report, head_to_head_runs
+from fairseq_langshare.recipes.head_to_head_models import MODELS, H2HModel
+from fairseq_langshare.recipes.head_to_head_runs import Corpus, Run, equal_cost_problems, plan, profile, train_argv
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL_COST = (("encoder", 2, (128,), (512,), (4,)), ("decoder", 2, (128,), (512,), (4,)))
+
+
+def _corpus_files(root, pairs):
+    """langs.txt, lang_pairs.txt (and a manifest if none) next to the tiny corpus's bin/."""
+    langs = ["en"] + sorted({x for p in pairs for x in p.split("-")} - {"en"})
+    (root / "langs.txt").write_text("\n".join(langs) + "\n")
+    (root / "lang_pairs.txt").write_text(",".join(pairs) + "\n")
+    if not (root / "manifest.json").exists():
+        (root / "manifest.json").write_text("{}")
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory, one_thread):
+    """The conftest corpus's dictionaries as an O2M and an M2O corpus (building needs no data)."""
+    from tiny_corpus import make_corpus
+
+    out = {}
+    base = make_corpus(tmp_path_factory.mktemp("h2h"), n_train=20, n_test=4)
+    for direction, pairs in (("o2m", ["en-xx", "en-yy"]), ("m2o", ["xx-en", "yy-en"])):
+        root = tmp_path_factory.mktemp(direction)
+        os.symlink(base["bin"], root / "bin")
+        out[direction] = _corpus_files(root, pairs)
+    return out
+
+
+def test_plan_every_model_runs_the_baselines_layers_and_widths(corpora, tmp_path):
+    runs = plan([m.name for m in MODELS], ["o2m", "m2o"], [1], str(tmp_path), corpora, 2000)
+    assert len(runs) == 2 * len(MODELS)
+    out = io.StringIO()
+    todo, measured = head_to_head.print_plan(runs, 2, out)  # the --dry-run plan
+    assert len(todo) == len(runs)
+    for direction in ("o2m", "m2o"):
+        profiles = measured[direction]  # measured on the models the flags build
+        assert set(profiles) == {m.name for m in MODELS}
+        pairs = open(os.path.join(corpora[direction], "lang_pairs.txt")).read().split()[0].split(",")
+        for name, prof in profiles.items():
+            assert set(prof["inference"]) == set(prof["parameters"]["per_pair"]) == set(pairs)
+            for pair, p in prof["inference"].items():
+                assert cost_signature(p) == SMALL_COST, (direction, name, pair, p)
+        # language-specific parameters: more in total, the baseline's size per pair
+        base = profiles["baseline"]["parameters"]["total"]
+        assert profiles["lsl"]["parameters"]["total"] > base
+        assert set(profiles["lsl"]["parameters"]["per_pair"].values()) == {base}
+        prenorm = profiles["baseline_prenorm"]["parameters"]["total"]  # + the final layer norms of both stacks
+        assert prenorm == base + 2 * 2 * 128
+        for name in ("latent_depth", "adaptive_sparse"):  # pre-norm models: a pair uses the pre-norm baseline's size
+            assert profiles[name]["parameters"]["total"] > prenorm
+            assert set(profiles[name]["parameters"]["per_pair"].values()) == {prenorm}, name
+        assert equal_cost_problems(profiles) == []
+    text = out.getvalue()
+    for m in MODELS:
+        assert f"| {m.name} | `--arch {m.arch}" in text
+        assert f"to train     o2m/{m.name}/seed1" in text
+    assert text.count("every model runs the baseline's layers and widths per sentence") == 2
+    assert re.search(r"14 runs to do: about \d+\.\d h on 2 otherwise idle cores", text)
+
+
+def test_plan_refuses_a_model_that_runs_more(corpora, tmp_path, monkeypatch):
+    deeper = H2HModel("lsl", "LSL", "lsl_transformer_small", {"o2m": ("--lsl-encoder-layers", "TGT={6}")}, "")
+    latent = H2HModel("latent_depth", "ld", "latent_depth_transformer_small",
+                      {"o2m": ("--decoder-layers", "4", "--latent-decoder-target-depth", "2")}, "")  # threshold keep
+    sparse = H2HModel("adaptive_sparse", "as", "adaptive_sparse_transformer_small",
+                      {"o2m": ("--encoder-layers", "2", "--decoder-layers", "2", "--sparse-types", "ffn",
+                               "--sparse-encoder-keep-blocks", "1", "--sparse-decoder-keep-blocks", "1")}, "")
+    models = tuple(m for m in MODELS if m.name not in ("lsl", "latent_depth", "adaptive_sparse")) + (deeper, latent, sparse)
+    monkeypatch.setattr(head_to_head_runs, "MODELS", models, raising=False)
+    monkeypatch.setattr(head_to_head_runs, "model_named", lambda n: next(m for m in models if m.name == n))
+    runs = plan(["baseline", "lsl", "latent_depth", "adaptive_sparse"], ["o2m"], [1], str(tmp_path), corpora, 100)
+    profiles = {r.model.name: profile(r) for r in runs}
+    problems = "\n".join(equal_cost_problems(profiles))
+    assert "lsl en-xx: runs (('encoder', 6," in problems  # the preset's 6 encoder layers
+    assert "latent_depth en-xx: runs (('encoder', 2, (128,), (512,), (4,)), ('decoder', 4," in problems
+    assert "adaptive_sparse en-xx: runs (('encoder', 2, (128,), (128,), (4,))" in problems  # 1 of 4 blocks: FFN 128
+    with pytest.raises(ValueError, match="unequal inference cost: .*head_to_head_models.py"):
+        head_to_head.print_plan(runs, 2, io.StringIO())
+
+
+def test_training_settings_are_quality_libs(tmp_path):
+    """The head-to-head trains exactly as scripts/quality_lib.sh (so its seed-1 runs are reusable)."""
+    text = open(os.path.join(REPO, "scripts", "quality_lib.sh")).read().replace("\\\n", " ")
+    command = re.search(r'fairseq-train "\$CORPUS/bin" (.*?) "\$@"', text).group(1)
+    values = {"$PKG": head_to_head_runs.PACKAGE_DIR, "$LANGS": "en,xx", "$PAIRS": "en-xx", "$UPDATES": "1500",
+              "$OUT/$name": str(tmp_path / "run")}
+    for var, value in values.items():
+        command = command.replace(f'"{var}"', shlex.quote(value))
+    theirs = shlex.split(command)
+    root = tmp_path / "corpus"
+    root.mkdir()
+    corpus = Corpus(_corpus_files(root, ["en-xx"]), "o2m")
+    model = H2HModel("baseline", "b", "langshare_transformer_small", {"o2m": ()}, "")
+    mine = train_argv(Run("o2m", model, 1, str(tmp_path / "run"), corpus, 1500))
+    assert mine[0] == os.path.join(corpus.path, "bin")
+
+    def options(argv):  # flag -> value (or True), order-free
+        out, i = {}, 0
+        while i < len(argv):
+            takes = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            out[argv[i]] = argv[i + 1] if takes else True
+            i += 2 if takes else 1
+        return out
+
+    mine_opts, theirs_opts = options(mine[1:]), options(theirs)
+    assert theirs_opts.pop("--log-format") == "simple" and mine_opts.pop("--log-format") == "json"
+    assert mine_opts.pop("--arch") == "langshare_transformer_small"
+    assert mine_opts == theirs_opts
+
+
+def _fake_run(tmp_path, name, seed=1, updates=10, evaluated=True, hypotheses=True):
+    model = H2HModel(name, name, "langshare_transformer_small", {"o2m": ()}, "")
+    run = Run("o2m", model, seed, str(tmp_path / "o2m" / name / f"seed{seed}"), Corpus(str(tmp_path), "o2m"), updates)
+    os.makedirs(run.dir)
+    open(run.checkpoint, "w").close()
+    open(os.path.join(run.dir, f"finished-{updates}"), "w").close()
+    if evaluated:
+        results = {"directions": {}, **({"hypotheses": {}} if hypotheses else {})}
+        with open(run.results, "w") as f:
+            json.dump(results, f)
+    return run
+
+
+def test_finished_runs_are_skipped_on_rerun(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_call(argv, log):  # fairseq-train / langshare evaluate stand-in
+        calls.append(argv[2])
+        with open(log, "a") as f:
+            f.write("done training\n" if argv[2] == "fairseq_cli.train" else "")
+        if argv[2] == "fairseq_cli.train":
+            open(os.path.join(os.path.dirname(log), "checkpoint_last.pt"), "w").close()
+        if argv[2] == "fairseq_langshare.cli":
+            with open(argv[argv.index("--out-json") + 1], "w") as f:
+                json.dump({"directions": {}, "hypotheses": {}}, f)
+        return 0
+
+    monkeypatch.setattr(head_to_head_runs, "_call", fake_call)
+    done = _fake_run(tmp_path, "a")
+    stale = _fake_run(tmp_path, "b", hypotheses=False)  # evaluated before hypotheses were stored
+    trained = _fake_run(tmp_path, "c", evaluated=False)
+    fresh = Run("o2m", H2HModel("d", "d", "x", {"o2m": ()}, ""), 1, str(tmp_path / "o2m/d/seed1"),
+                Corpus(str(tmp_path), "o2m"), 10)
+    partial = _fake_run(tmp_path, "e", evaluated=False)
+    os.remove(os.path.join(partial.dir, "finished-10"))  # a checkpoint but no marker: resumed
+    assert [r.status for r in (done, stale, trained, fresh, partial)] == [
+        "done", "to evaluate", "to evaluate", "to train", "to resume"]
+    monkeypatch.setattr(head_to_head_runs, "train_argv", lambda run, device="cpu": ["DATA"])
+    assert head_to_head_runs.execute([done, stale, trained, fresh, partial], jobs=1, stream=io.StringIO()) == []
+    assert calls.count("fairseq_cli.train") == 2 and calls.count("fairseq_langshare.cli") == 4
+    assert all(r.status == "done" for r in (done, stale, trained, fresh, partial))
+    calls.clear()
+    assert head_to_head_runs.execute([done, stale, trained, fresh, partial], jobs=2, stream=io.StringIO()) == []
+    assert calls == []
+    # a training that does not finish leaves no marker and is reported
+    monkeypatch.setattr(head_to_head_runs, "_call", lambda argv, log: 1)
+    broken = Run("o2m", fresh.model, 2, str(tmp_path / "o2m/d/seed2"), fresh.corpus, 10)
+    failures = head_to_head_runs.execute([broken], jobs=1, stream=io.StringIO())
+    assert len(failures) == 1 and "fairseq-train failed" in failures[0] and broken.status == "to train"
+
+
+def test_report_section_is_replaced_in_place_and_deltas_pair_seeds(tmp_path):
+    md = tmp_path / "results.md"
+    md.write_text("# Results\n\nbefore\n")
+    head_to_head_report.write_section(str(md), head_to_head_report.START + "\none\n" + head_to_head_report.END + "\n")
+    md.write_text(md.read_text() + "\nafter\n")
+    head_to_head_report.write_section(str(md), head_to_head_report.START + "\ntwo\n" + head_to_head_report.END + "\n")
+    text = md.read_text()
+    assert "before" in text and "after" in text and "two" in text and "one" not in text
+    base = {"seeds": {"1": {"bleu": {"en-a": 10.0}}, "2": {"bleu": {"en-a": 20.0}}}}
+    method = {"seeds": {"1": {"bleu": {"en-a": 12.0}}, "2": {"bleu": {"en-a": 19.0}}, "3": {"bleu": {"en-a": 5.0}}}}
+    assert head_to_head_report.seed_deltas(method, base, "en-a") == [2.0, -1.0]
+    # the report pairs seed k with seed k: only seeds every model has evaluated
+    runs = [_fake_run(tmp_path, "baseline", 1), _fake_run(tmp_path, "baseline", 2), _fake_run(tmp_path, "lsl", 2),
+            _fake_run(tmp_path, "lsl", 3)]
+    out = io.StringIO()
+    got = head_to_head_report.collect(runs, out)
+    assert {m: [r.seed for r in rs] for m, rs in got["o2m"].items()} == {"baseline": [2], "lsl": [2]}
+    assert "o2m/baseline/seed1, o2m/lsl/seed3" in out.getvalue()
+
+
+@pytest.mark.slow
+def test_head_to_head_end_to_end_and_rerun(tmp_path, one_thread):
+    """Two models, one seed, a few updates on a tiny SentencePiece corpus (what `make demo` does):
+    train two at a time, evaluate, compare with significance, write JSON, markdown and figure, print
+    translations, run the method's analysis; a re-run trains nothing."""
+    from test_evaluation import _build_tiny_corpus
+
+    corpus = _corpus_files(_build_tiny_corpus(tmp_path / "corpus"), ["en-xx", "en-yy"])
+    kwargs = dict(models=["baseline", "lsl"], directions=["o2m"], seeds=[1], updates=30,
+                  runs_dir=str(tmp_path / "runs"), corpora={"o2m": corpus}, jobs=2,
+                  out_json=str(tmp_path / "h2h.json"), out_md=str(tmp_path / "results.md"),
+                  figure=str(tmp_path / "img" / "h2h.png"))
+    out = io.StringIO()
+    runs = head_to_head.head_to_head(stream=out, analyze=True, examples=1, **kwargs)
+    assert all(r.status == "done" for r in runs), out.getvalue()
+    printed = out.getvalue()
+    assert "win ratio vs baseline" in printed and "p, all directions pooled" in printed
+    assert "-- en-xx (400 training pairs)" in printed and "  lsl        " in printed  # example translations
+    lsl_dir = runs[1].dir
+    assert os.path.isfile(os.path.join(lsl_dir, "analysis", "lsl_similarity.png"))
+    data = json.loads((tmp_path / "h2h.json").read_text())
+    block = data["directions"]["o2m"]
+    assert block["equal_inference_cost"] and set(block["models"]) == {"baseline", "lsl"}
+    lsl = block["models"]["lsl"]
+    assert lsl["flags"] == ["--arch", "lsl_transformer_small", "--encoder-layers", "2", "--lsl-encoder-layers", "TGT={2}"]
+    assert set(lsl["seeds"]["1"]["bleu"]) == {"en-xx", "en-yy"} and 0 <= lsl["pooled_p_value"]["bleu"] <= 1
+    assert lsl["parameters"]["total"] > block["models"]["baseline"]["parameters"]["total"]
+    assert lsl["win_ratio"]["bleu"]["directions"] == 2
+    assert os.path.getsize(tmp_path / "img" / "h2h.png") > 1000
+    text = (tmp_path / "results.md").read_text()
+    assert "## Head-to-head" in text and "![BLEU delta against the baseline per direction](img/h2h.png)" in text
+    mtimes = [os.path.getmtime(r.checkpoint) for r in runs]
+    again = io.StringIO()
+    head_to_head.head_to_head(stream=again, **kwargs)
+    assert [os.path.getmtime(r.checkpoint) for r in runs] == mtimes
+    assert "done         o2m/lsl/seed1" in again.getvalue() and "training" not in again.getvalue()
+    # a finished run is linked into another layout after checking it is the planned one
+    other = plan(["baseline", "lsl"], ["o2m"], [1, 2], str(tmp_path / "other"), {"o2m": corpus}, 30)
+    linked = head_to_head_runs.import_run(other, "lsl", 1, runs[1].dir)
+    assert os.path.realpath(linked.dir) == os.path.realpath(runs[1].dir) and linked.status == "done"
+    with pytest.raises(ValueError, match="trained with seed 1 and differs in"):
+        head_to_head_runs.import_run(other, "lsl", 2, runs[1].dir)
+    with pytest.raises(ValueError, match="differs in .*arch"):
+        head_to_head_runs.import_run(other, "baseline", 1, runs[1].dir)

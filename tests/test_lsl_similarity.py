@@ -1,0 +1,47 @@
+"""``langshare analyze lsl-similarity``: CKA between the languages' copies of a trained LSL."""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from fairseq_langshare import analysis
+from fairseq_langshare.analysis.lsl_similarity import linear_cka
+from tiny_corpus import task_args, train
+
+
+def test_linear_cka_invariances():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 16, generator=g)
+    rotation, _ = torch.linalg.qr(torch.randn(16, 16, generator=g))
+    assert linear_cka(x, x) == pytest.approx(1.0)
+    assert linear_cka(x, 3.0 * x @ rotation + 1.0) == pytest.approx(1.0)  # rotation, scale, shift
+    assert linear_cka(x, torch.randn(400, 16, generator=g)) < 0.2  # unrelated
+
+
+def test_copies_compared_on_the_same_inputs(corpus, tmp_path, one_thread):
+    save = tmp_path / "ckpt"
+    train(task_args(corpus) + ["--arch", "lsl_transformer_tiny", "--encoder-layers", "2", "--lsl-encoder-layers",
+                               "TGT={2}", "--optimizer", "adam", "--lr", "0.005", "--max-tokens", "500",
+                               "--max-update", "8", "--cpu", "--save-dir", str(save), "--no-epoch-checkpoints",
+                               "--disable-validation", "--num-workers", "0", "--log-format", "json"])
+    ckpt = save / "checkpoint_last.pt"
+    parser = argparse.ArgumentParser(prog="langshare")
+    analysis.add_subcommand(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["analyze", "lsl-similarity", str(ckpt), "--out", str(tmp_path / "out")])
+    assert args.func(args) == 0
+    result = json.loads((tmp_path / "out" / "lsl_similarity.json").read_text())
+    (layer,) = result["layers"]
+    assert layer["layer"] == 2 and layer["side"] == "tgt" and layer["languages"] == ["xx", "yy"]
+    cka = torch.tensor(layer["cka"])
+    assert torch.allclose(cka.diagonal(), torch.ones(2), atol=1e-6) and torch.allclose(cka, cka.t(), atol=1e-6)
+    assert cka[0, 1] < 0.999  # independently initialised copies compute different functions
+    assert (tmp_path / "out" / "lsl_similarity.png").read_bytes()[:4] == b"\x89PNG"
+    # make yy's copy xx's: the two are then the same function on every input
+    state = torch.load(ckpt, weights_only=False)
+    for key in [k for k in state["model"] if ".layers.1.per_lang.2." in k]:
+        state["model"][key] = state["model"][key.replace(".per_lang.2.", ".per_lang.1.")].clone()
+    torch.save(state, tmp_path / "same.pt")
+    same = analysis.lsl_similarity.copy_similarity(str(tmp_path / "same.pt"))
+    assert same["layers"][0]["cka"][0][1] == pytest.approx(1.0)
