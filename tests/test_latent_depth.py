@@ -5,6 +5,7 @@ deterministic pruned inference, export to a plain transformer, analysis, and fai
 import json
 import logging
 import math
+import warnings
 
 import pytest
 import torch
@@ -58,7 +59,7 @@ def set_logits(model, encoder=ENC_LOGITS, decoder=DEC_LOGITS):
         for stack, values in (("encoder", encoder), ("decoder", decoder)):
             selector = getattr(model, stack).layer_select
             if selector is not None:
-                selector.logits.copy_(torch.tensor(values))
+                selector.set_alpha(torch.tensor(values))
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +148,16 @@ def test_schedules_are_functions_of_num_updates(corpus):
     for n in range(40):  # beta grows from 0 and is never negative (the reference's is, before --soft-update)
         model.set_num_updates(n)
         assert selector.kl_beta() >= 0.0
-    _, model, _ = build(corpus)  # defaults: tau over --max-update (100), beta over a third of it
+    # defaults: the sampling phase is the first quarter of --max-update (100); tau anneals over it,
+    # beta over a third of it
+    _, model, _ = build(corpus)
+    selector = model.decoder.layer_select
+    assert selector.commit_updates == 25
+    model.set_num_updates(25)
+    assert selector.tau() == pytest.approx(0.1) and selector.kl_beta() == pytest.approx(1.0)
+    model.set_num_updates(4)
+    assert selector.kl_beta() == pytest.approx(4 / 8)
+    _, model, _ = build(corpus, "--latent-commit-updates", "0")  # never commits: the schedules span the run
     model.set_num_updates(50)
     assert model.decoder.layer_select.tau() == pytest.approx(math.sqrt(0.1))
     assert model.decoder.layer_select.kl_beta() == pytest.approx(1.0)
@@ -159,7 +169,8 @@ def test_schedules_are_functions_of_num_updates(corpus):
 
 def test_training_forward_reports_the_terms_of_eq8(corpus):
     task, model, _ = build(corpus, "--latent-layers", "both", "--latent-decoder-target-depth", "3",
-                           "--latent-prior", "aggregated", "--latent-target-depth-weight", "0.25")
+                           "--latent-prior", "aggregated", "--latent-target-depth-weight", "0.25",
+                           "--latent-commit-updates", "0", "--latent-keep", "threshold")
     set_logits(model)
     model.train()
     model.set_num_updates(20)
@@ -318,6 +329,98 @@ def test_top_k_inference_keeps_K_layers_per_language(corpus):
     assert model.kept_layers(EN, XX)["decoder"] == [0] and model.kept_layers(EN, YY)["decoder"] == [1]
 
 
+# --- the decoded network is the trained one ------------------------------------------------------
+
+UNDECIDED = [[0.0] * 4, [-0.1, 0.1, 0.2, -0.2], [0.3, -0.1, -0.2, 0.1]]  # q within 0.45..0.58
+
+
+def decoder_layers_run(model, batch):
+    """(0-based decoder layers whose self-attention ran, output) of one forward call."""
+    calls = set()
+    hooks = [layer.self_attn.register_forward_hook(lambda m, i, o, n=n: calls.add(n))
+             for n, layer in enumerate(model.decoder.layers)]
+    try:
+        out = model(**batch["net_input"])[0]
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return sorted(calls), out
+
+
+def test_inference_runs_exactly_the_network_training_committed_to(corpus):
+    task, model, args = build(corpus, "--latent-decoder-target-depth", "2", "--latent-commit-updates", "10")
+    selector = model.decoder.layer_select
+    selector.set_alpha(torch.tensor(UNDECIDED))  # top 2: layers 2, 3 for xx and 1, 4 for yy
+    to_xx, to_yy = collate(task, [0, 1]), collate(task, [20, 21])
+    model.train()
+    model.set_num_updates(9)
+    model(**to_xx["net_input"])
+    assert set(model.auxiliary_outputs()[0]) == {"kl_dec", "target_depth_dec"} and not selector.is_committed()
+    model.set_num_updates(10)  # the commit: training now runs the pruned network, nothing sampled
+    ran, trained_out = decoder_layers_run(model, to_xx)
+    losses, stats = model.auxiliary_outputs()
+    assert selector.is_committed() and stats["dec_committed"] == 1.0 and stats["dec_kept"] == 2.0 and not losses
+    assert ran == [1, 2] and decoder_layers_run(model, to_yy)[0] == [0, 3]
+    assert not selector.logits.requires_grad
+    # logits that moved after the commit do not move the decision: inference and export follow it
+    selector.set_alpha(torch.tensor([[0.0] * 4, [5.0, -5.0, -5.0, 5.0], [5.0] * 4]))
+    model.eval()
+    ran, decoded = decoder_layers_run(model, to_xx)
+    assert ran == [1, 2] and model.kept_layers(EN, XX)["decoder"] == [1, 2]
+    torch.testing.assert_close(decoded, trained_out, rtol=0, atol=1e-6)  # dropout 0: the same network
+    weights, changes = LatentDepthTransformerModel.export_state_dict(model.state_dict(), args, EN, XX)
+    assert changes["decoder_layers"] == 2
+    torch.testing.assert_close(weights["decoder.layers.0.fc1.weight"], model.decoder.layers[1].fc1.weight)
+    torch.testing.assert_close(weights["decoder.layers.1.fc1.weight"], model.decoder.layers[2].fc1.weight)
+
+
+@pytest.mark.parametrize("flags,kept", [(["--latent-decoder-target-depth", "2"], [1, 2]), ([], [1, 2])])
+def test_undecided_posteriors_are_never_decoded_silently(corpus, flags, kept):
+    """With a target depth the default rule keeps the K most probable layers (not every layer
+    above one half); either way decoding undecided posteriors says so."""
+    task, model, _ = build(corpus, "--latent-commit-updates", "0", *flags)
+    selector = model.decoder.layer_select
+    selector.set_alpha(torch.tensor(UNDECIDED))
+    model.eval()
+    with pytest.warns(UserWarning, match=r"undecided .* --latent-commit-updates"):
+        ran, _ = decoder_layers_run(model, collate(task, [0, 1]))
+    assert ran == kept
+    selector.set_alpha(torch.tensor([[0.0] * 4, [-5.0, 5.0, 5.0, -5.0], [5.0, -5.0, -5.0, 5.0]]))  # decisive
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*undecided")
+        assert decoder_layers_run(model, collate(task, [0, 1]))[0] == [1, 2]
+
+
+def test_logit_scale_makes_the_posteriors_learn_faster_under_adam(corpus):
+    """alpha = scale * theta: one Adam step moves alpha about scale * lr (the weights: about lr)."""
+    moved = {}
+    for scale in (1.0, 10.0):
+        task, model, _ = build(corpus, "--latent-decoder-target-depth", "1", "--latent-logit-lr-scale", str(scale),
+                               "--latent-commit-updates", "0", seed=3)
+        selector = model.decoder.layer_select
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        model.train()
+        torch.manual_seed(0)
+        before = selector.alpha().detach().clone()
+        model(**collate(task, [0, 20, 1])["net_input"])[0].sum().backward()
+        model.auxiliary_outputs()
+        optimizer.step()
+        moved[scale] = (selector.alpha().detach() - before)[[XX, YY]].abs()
+    torch.testing.assert_close(moved[1.0], torch.full_like(moved[1.0], 0.01), rtol=0.05, atol=0)
+    torch.testing.assert_close(moved[10.0], torch.full_like(moved[10.0], 0.1), rtol=0.05, atol=0)
+
+
+def test_checkpoints_from_before_the_scale_and_the_commit_load_as_they_were(corpus):
+    task, model, _ = build(corpus)
+    state = model.state_dict()
+    old = {k: v for k, v in state.items() if not k.endswith(("logits_scale", "committed", "committed_keep"))}
+    old["decoder.layer_select.logits"] = torch.tensor(DEC_LOGITS)  # the logits themselves, as saved then
+    model.load_state_dict(old, strict=True)
+    selector = model.decoder.layer_select
+    torch.testing.assert_close(selector.alpha(), torch.tensor(DEC_LOGITS))
+    assert not selector.is_committed() and float(selector.logits_scale) == 1.0
+
+
 def test_two_level_optimisation_updates_the_selection_every_I_th_update(corpus):
     """Algorithm 2 through fairseq's own train_step, Adam and two micro-batches per update
     (--update-freq 2): the logits have no gradient (None, so Adam skips them) and keep their value
@@ -326,7 +429,7 @@ def test_two_level_optimisation_updates_the_selection_every_I_th_update(corpus):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     task, model, args = build(corpus, "--latent-selection-update-period", "3", "--latent-kl-anneal-updates", "0",
-                              "--latent-decoder-target-depth", "1", "--criterion",
+                              "--latent-decoder-target-depth", "1", "--latent-keep", "threshold", "--criterion",
                               "langshare_label_smoothed_cross_entropy", "--optimizer", "adam", "--lr", "0.01")
     criterion = task.build_criterion(args)
     optimizer = optim.build_optimizer(convert_namespace_to_omegaconf(args).optimizer, list(model.parameters()))
@@ -345,12 +448,14 @@ def test_two_level_optimisation_updates_the_selection_every_I_th_update(corpus):
         assert not torch.equal(w_before, weight.detach())
     assert changed == [False, False, True, False, False, True]
     # what is logged and kept follows the logits the optimizer wrote (through p.data)
-    with torch.no_grad():
-        logits.data[XX] = torch.tensor([2.0, -2.0, 2.0, 2.0])
+    selector = model.decoder.layer_select
+    alpha = selector.alpha().detach()
+    alpha[XX] = torch.tensor([2.0, -2.0, 2.0, 2.0])
+    selector.set_alpha(alpha)
     model.eval()
     model(**micro[0]["net_input"])
     _, stats = model.auxiliary_outputs()
-    expected = torch.sigmoid(logits.detach())[[XX, YY]].mean(0)
+    expected = torch.sigmoid(selector.alpha().detach())[[XX, YY]].mean(0)
     assert stats["dec_u_2"] == pytest.approx(expected[1].item())
     assert stats["dec_depth"] == pytest.approx(expected.sum().item())
     assert model.kept_layers(EN, XX)["decoder"] == [0, 2, 3]
@@ -438,7 +543,8 @@ def latent_args(save, max_update, *extra):
 
 
 def logged(records, key):
-    values = {int(float(r["num_updates"])): float(r[key]) for r in records if key in r and "num_updates" in r}
+    values = {int(float(r["num_updates"])): float(r[key]) for r in records
+              if r.get(key) is not None and "num_updates" in r}
     assert values, f"{key} never logged"
     return values
 
@@ -449,12 +555,27 @@ def test_target_depth_loss_moves_the_expected_depth_toward_K(corpus, tmp_path):
     for k in (1, 4):
         records = train(task_args(corpus) + latent_args(
             tmp_path / str(k), 120, "--latent-decoder-target-depth", str(k), "--latent-target-depth-weight", "1",
+            "--latent-commit-updates", "0",
             "--latent-kl-weight", "0", "--latent-tau-start", "1", "--latent-tau-end", "1"))
         depth[k] = logged(records, "stat_dec_depth")
         assert depth[k][1] == pytest.approx(2.0, abs=0.05)  # 4 layers at q = 1/2
         aux = logged(records, "aux_target_depth_dec")
         assert sum(list(aux.values())[-20:]) / 20 < sum(list(aux.values())[:20]) / 20
     assert depth[1][120] < 1.7 and depth[4][120] > 2.3, (depth[1][120], depth[4][120])
+
+
+def test_a_short_training_moves_the_posteriors_l_k_penalises_below_one_half(corpus, tmp_path):
+    """K = 1 of 4 decoder layers: L_K penalises every layer beyond the first, so within 60 updates
+    the posteriors leave 1/2 downwards and one layer per language stays ahead. The logit scale
+    (alpha = scale * theta) is what lets them travel at this budget: at scale 1 they barely move."""
+    ends = {}
+    for scale in (1, 10):
+        records = train(task_args(corpus) + latent_args(
+            tmp_path / str(scale), 60, "--latent-decoder-target-depth", "1", "--latent-target-depth-weight", "1",
+            "--latent-commit-updates", "0", "--latent-logit-lr-scale", str(scale)))
+        ends[scale] = [logged(records, f"stat_dec_u_{layer}")[60] for layer in range(1, 5)]
+    assert sum(ends[10]) < 1.6 and sum(ends[1]) > sum(ends[10]) + 0.3, ends
+    assert sorted(ends[10])[-1] > sorted(ends[10])[-2] + 0.05, ends  # one layer stays ahead of the rest
 
 
 def close_file_handlers(path):
@@ -471,12 +592,13 @@ def close_file_handlers(path):
 
 @pytest.fixture(scope="module")
 def trained(corpus, tmp_path_factory):
-    """20 updates, stop, resume to 150 (top-2 of 4 decoder layers kept at inference)."""
+    """20 updates, stop, resume to 150 (top-2 of 4 decoder layers kept at inference; training commits
+    to them at update 100)."""
     save = tmp_path_factory.mktemp("latent_ckpt")
     log = save / "train.log"
     flags = ["--latent-tau-anneal-updates", "40", "--latent-kl-anneal-updates", "40", "--latent-kl-weight", "0.5",
              "--latent-decoder-target-depth", "2", "--latent-keep", "top-k", "--latent-selection-update-period", "2",
-             "--log-file", str(log)]
+             "--latent-commit-updates", "100", "--log-file", str(log)]
     try:
         first = train(task_args(corpus) + latent_args(save, 20, *flags))
         resumed = train(task_args(corpus) + latent_args(save, 150, *flags))
@@ -493,6 +615,22 @@ def test_schedules_resume_from_the_checkpoint(trained):
     tau, beta = logged(trained["resumed"], "stat_latent_tau"), logged(trained["resumed"], "stat_latent_kl_beta")
     assert min(tau) == 21 and tau[21] == pytest.approx(exponential_ramp(20, 40, 0.1, 1.0), abs=1e-4)
     assert beta[21] == pytest.approx(0.5 * 20 / 40, abs=1e-4)
+
+
+def test_training_commits_to_the_pruned_network_and_keeps_it(trained):
+    """The commit at update 100 survives the stop/resume at 20, freezes the posteriors (nothing
+    samples or learns them after it) and is what the checkpoint decodes."""
+    committed = logged(trained["resumed"], "stat_dec_committed")
+    assert all(v == 0.0 for n, v in committed.items() if n <= 100) and all(
+        v == 1.0 for n, v in committed.items() if n > 100)
+    tau = logged(trained["resumed"], "stat_latent_tau")  # sampling stops at the commit
+    assert max(tau) == 100
+    u = logged(trained["resumed"], "stat_dec_u_1")
+    assert len({u[n] for n in range(101, 151)}) == 1
+    assert logged(trained["resumed"], "stat_dec_kept")[150] == 2.0
+    state = torch.load(trained["checkpoint"], weights_only=True)["model"]
+    assert bool(state["decoder.layer_select.committed"])
+    assert state["decoder.layer_select.committed_keep"][[XX, YY]].sum(-1).tolist() == [2, 2]
 
 
 @pytest.mark.parametrize("src,tgt", [("en", "xx"), ("en", "yy")])
@@ -516,9 +654,10 @@ def test_trained_model_beam_search_is_per_sentence(corpus, trained):
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(trained["checkpoint"])], arg_overrides={"data": str(corpus["bin"])})
     model = models[0].eval()
-    with torch.no_grad():  # xx keeps decoder layers 1, 2; yy keeps 2, 3, 4
-        model.decoder.layer_select.logits.copy_(torch.tensor([[1.0] * 4, [2.0, 2.0, -2.0, -2.0], [-2.0, 2.0, 2.0, 2.0]]))
-    model.decoder.layer_select.keep_rule = "threshold"
+    selector = model.decoder.layer_select  # xx keeps decoder layers 1, 2; yy keeps 2, 3, 4
+    selector.committed.fill_(False)
+    selector.set_alpha(torch.tensor([[1.0] * 4, [2.0, 2.0, -2.0, -2.0], [-2.0, 2.0, 2.0, 2.0]]))
+    selector.keep_rule = "threshold"
     task.load_dataset("test")
     ds = task.dataset("test")
     indices = [s + k for k in range(8) for s in (0, ds.cumulative_sizes[0])]

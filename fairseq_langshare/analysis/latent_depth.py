@@ -21,7 +21,7 @@ from typing import Dict, List, Sequence
 import torch
 
 from ..languages import decode_inventory
-from ..modules.latent_layers import keep_table
+from ..modules.latent_layers import alpha_from_state, keep_from_state, resolve_keep_rule, undecided_share
 from ..atomic_files import save_figure_atomic, write_json_atomic
 from .figures import new_figure
 from .saved_config import config_value, trained_codes
@@ -40,21 +40,26 @@ def utilisation_from_state(state, source: str = "the checkpoint") -> Dict:
     cfg = state.get("cfg") or {}
     model_cfg, task_cfg = config_value(cfg, "model"), config_value(cfg, "task")
     langs = decode_inventory(weights["lang_inventory"]) if "lang_inventory" in weights else []
-    rule = str(config_value(model_cfg, "latent_keep", "threshold"))
+    saved_rule = str(config_value(model_cfg, "latent_keep", "threshold"))
     threshold = float(config_value(model_cfg, "latent_keep_threshold", 0.5))
     stacks = {}
     for stack in STACKS:
-        logits = weights.get(f"{stack}.layer_select.logits")
+        prefix = f"{stack}.layer_select."
+        logits = alpha_from_state(weights, prefix)
         if logits is None:
             continue
         side = str(config_value(model_cfg, f"latent_{stack}_lang", "src" if stack == "encoder" else "tgt"))
-        top_k = int(config_value(model_cfg, f"latent_{stack}_target_depth", 0)) if rule == "top-k" else 0
-        probs = torch.sigmoid(logits.float())
-        keep = keep_table(logits, rule, threshold, top_k)
+        depth = int(config_value(model_cfg, f"latent_{stack}_target_depth", 0))
+        committed = bool(weights.get(prefix + "committed", False))
+        rule = "committed" if committed else resolve_keep_rule(saved_rule, depth)
+        top_k = depth if rule == "top-k" else 0
+        probs = torch.sigmoid(logits)
+        keep = keep_from_state(weights, prefix, saved_rule, threshold, depth)
         codes = trained_codes(task_cfg, langs, side)
         rows = [langs.index(c) for c in codes]
         stacks[stack] = {
             "side": side, "languages": codes, "layers": int(logits.size(1)), "rule": rule,
+            "undecided_share": undecided_share(logits[rows]),
             "threshold": threshold if rule == "threshold" else None, "top_k": top_k or None,
             "probabilities": {c: [round(v, 6) for v in probs[r].tolist()] for c, r in zip(codes, rows)},
             "kept_layers": {c: [l + 1 for l in keep[r].nonzero().flatten().tolist()] for c, r in zip(codes, rows)},
@@ -116,7 +121,8 @@ def plot_utilisation(stats: Dict, stack: str, path) -> Path:
     ax.set_yticks(range(len(codes)), codes, fontsize=7)
     ax.set_xlabel(f"{stack} layer")
     ax.set_ylabel(f"{stats['side']} language")
-    rule = f"q >= {stats['threshold']}" if stats["rule"] == "threshold" else f"top {stats['top_k']}"
+    rule = {"threshold": f"q >= {stats['threshold']}", "top-k": f"top {stats['top_k']}",
+            "committed": "committed in training"}[stats["rule"]]
     ax.set_title(f"layer selection probability ({stack}; dots: kept, {rule})", fontsize=9)
     fig.colorbar(image, ax=ax, label="q(z_l = 1)")
     fig.tight_layout()

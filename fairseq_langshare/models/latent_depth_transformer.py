@@ -12,6 +12,7 @@ z = 1, skipped layers do not run, and ``export_state_dict`` writes a language pa
 network as a plain pre-norm fairseq ``transformer``.
 """
 
+import logging
 import re
 from enum import Enum
 from contextlib import nullcontext
@@ -28,14 +29,17 @@ from fairseq.models.transformer.transformer_legacy import base_architecture
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from omegaconf import OmegaConf, open_dict
 
-from ..modules.latent_layers import KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_table
+from ..modules.latent_layers import (KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_from_state,
+                                     resolve_keep_rule)
 from .langshare_transformer import size_preset
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
+
+logger = logging.getLogger(__name__)
 
 STACKS = ChoiceEnum(["decoder", "encoder", "both"])
 SIDES = ChoiceEnum(["src", "tgt"])
 PRIOR_CHOICES = ChoiceEnum(list(PRIORS))
-KEEP_CHOICES = ChoiceEnum(list(KEEP_RULES))
+KEEP_CHOICES = ChoiceEnum(["auto", *KEEP_RULES])
 STACK_NAMES = {"encoder": "enc", "decoder": "dec"}
 
 
@@ -53,15 +57,16 @@ class LatentDepthTransformerConfig(TransformerConfig):
     latent_tau_end: float = field(default=0.1, metadata={
         "help": "tau at the end of its geometric annealing (equal to --latent-tau-start: constant)"})
     latent_tau_anneal_updates: Optional[int] = field(default=None, metadata={
-        "help": "updates over which tau goes from --latent-tau-start to --latent-tau-end (default: --max-update)"})
+        "help": "updates over which tau goes from --latent-tau-start to --latent-tau-end (default: the sampling phase, "
+                "i.e. --latent-commit-updates, or --max-update when training never commits)"})
     latent_prior: PRIOR_CHOICES = field(default="uniform", metadata={
         "help": "prior of the KL term (Eq. 7): uniform (Beta(1,1)) or aggregated (the posterior averaged over languages)"})
     latent_kl_weight: float = field(default=1.0, metadata={
         "help": "beta: weight of KL(q || prior) (averaged over layers) relative to the per-token cross entropy, reached "
                 "after the annealing"})
     latent_kl_anneal_updates: Optional[int] = field(default=None, metadata={
-        "help": "updates over which beta grows linearly from 0 to --latent-kl-weight (default: a third of --max-update; "
-                "0: no annealing)"})
+        "help": "updates over which beta grows linearly from 0 to --latent-kl-weight (default: a third of the sampling "
+                "phase; 0: no annealing)"})
     latent_target_depth_weight: float = field(default=0.1, metadata={
         "help": "lambda: weight of the target-depth loss L_K = |sum_l u_l - K| (Eq. 8)"})
     latent_encoder_target_depth: int = field(default=0, metadata={
@@ -70,11 +75,18 @@ class LatentDepthTransformerConfig(TransformerConfig):
         "help": "K for the decoder's latent layers (0: no target-depth loss)"})
     latent_selection_update_period: int = field(default=1, metadata={
         "help": "I of Algorithm 2: the selection logits learn from every I-th update only (1: joint training)"})
-    latent_keep: KEEP_CHOICES = field(default="threshold", metadata={
-        "help": "inference rule per language: threshold (keep layer l when q(z_l=1) >= --latent-keep-threshold) or "
-                "top-k (keep the K most probable layers, K = the stack's --latent-*-target-depth)"})
+    latent_keep: KEEP_CHOICES = field(default="auto", metadata={
+        "help": "inference rule per language: threshold (keep layer l when q(z_l=1) >= --latent-keep-threshold), "
+                "top-k (keep the K most probable layers, K = the stack's --latent-*-target-depth) or auto (top-k for a "
+                "stack with a target depth, threshold otherwise)"})
     latent_keep_threshold: float = field(default=0.5, metadata={
         "help": "selection probability from which a layer is kept at inference (--latent-keep threshold)"})
+    latent_commit_updates: Optional[int] = field(default=None, metadata={
+        "help": "update from which training runs the pruned network inference runs: the keep decision is frozen, "
+                "nothing is sampled and the logits stop learning (default: a quarter of --max-update; 0: never)"})
+    latent_logit_lr_scale: float = field(default=10.0, metadata={
+        "help": "the selection logits are scale * theta, so they learn scale times faster than the weights under Adam "
+                "(1: the paper's joint training; see docs/latent_depth.md for why the CPU-sized runs need more)"})
 
 
 LATENT_FIELDS = tuple(name for name in LatentDepthTransformerConfig.__dataclass_fields__ if name.startswith("latent_"))
@@ -113,6 +125,12 @@ def validate(cfg) -> None:
     if cfg.offload_activations:
         raise ValueError("--offload-activations is not supported with latent layers (they checkpoint activations "
                          "with torch's own checkpoint); use --checkpoint-activations alone")
+    if cfg.latent_logit_lr_scale <= 0:
+        raise ValueError(f"--latent-logit-lr-scale {cfg.latent_logit_lr_scale} must be positive (1: the logits learn "
+                         "at the weights' rate)")
+    if (cfg.latent_commit_updates or 0) < 0:
+        raise ValueError(f"--latent-commit-updates {cfg.latent_commit_updates} is negative: pass the update from which "
+                         "training runs the pruned network, or 0 to never commit")
     if cfg.latent_selection_update_period < 1:
         raise ValueError(f"--latent-selection-update-period {cfg.latent_selection_update_period}: I must be >= 1 "
                          "(1 updates the selection logits at every update)")
@@ -140,8 +158,9 @@ def make_selector(cfg, stack: str) -> Optional[LayerSelector]:
         tau_anneal_updates=int(cfg.latent_tau_anneal_updates or 0), prior=str(cfg.latent_prior),
         kl_weight=cfg.latent_kl_weight, kl_anneal_updates=int(cfg.latent_kl_anneal_updates or 0),
         target_depth=getattr(cfg, f"latent_{stack}_target_depth"), target_depth_weight=cfg.latent_target_depth_weight,
-        update_period=cfg.latent_selection_update_period, keep_rule=str(cfg.latent_keep),
-        keep_threshold=cfg.latent_keep_threshold, trained_languages=cfg.latent_trained_languages.get(side))
+        update_period=cfg.latent_selection_update_period, keep_rule=resolve_keep_rule(cfg.latent_keep, getattr(cfg, f"latent_{stack}_target_depth")),
+        keep_threshold=cfg.latent_keep_threshold, commit_updates=int(cfg.latent_commit_updates or 0),
+        logit_lr_scale=cfg.latent_logit_lr_scale, trained_languages=cfg.latent_trained_languages.get(side))
 
 
 def _wrap_like_fairseq(layer, cfg):
@@ -301,11 +320,19 @@ class LatentDepthTransformerModel(LanguageAwareTransformerModel):
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
             max_update = int(getattr(args, "max_update", 0) or 0)
-            # schedules over the run (as CLSR's noise): resolved once, saved in the checkpoint's config
+            # schedules over the run (as CLSR's noise): resolved once, saved in the checkpoint's config.
+            # The sampling phase ends at the commit: tau reaches its end there, beta a third of the way
+            if getattr(args, "latent_commit_updates", None) is None:
+                args.latent_commit_updates = max_update // 4
+            commit = int(args.latent_commit_updates or 0)
+            sampling = commit if commit > 0 else max_update
+            if commit and max_update and commit >= max_update:
+                logger.warning(f"--latent-commit-updates {commit} >= --max-update {max_update}: training never "
+                               "commits, so its last phase does not train the pruned network that is decoded")
             if getattr(args, "latent_tau_anneal_updates", None) is None:
-                args.latent_tau_anneal_updates = max_update
+                args.latent_tau_anneal_updates = sampling
             if getattr(args, "latent_kl_anneal_updates", None) is None:
-                args.latent_kl_anneal_updates = max_update // 3
+                args.latent_kl_anneal_updates = sampling // 3
             cfg = cls.config_class.from_namespace(args)
             for name in LATENT_FIELDS:  # the saved config names every option of the method
                 if getattr(args, name, None) is None:
@@ -349,18 +376,15 @@ class LatentDepthTransformerModel(LanguageAwareTransformerModel):
         renumbered, and ``encoder_layers``/``decoder_layers`` set to the kept depths. A kept
         pre-norm layer with z = 1 is exactly a plain pre-norm layer."""
         lang = {"src": src_id, "tgt": tgt_id}
-        keep = str(getattr(model_cfg, "latent_keep", "threshold"))
-        threshold = float(getattr(model_cfg, "latent_keep_threshold", 0.5))
         kept = {}
         for stack in ("encoder", "decoder"):
             depth = int(getattr(model_cfg, f"{stack}_layers"))
-            logits = state_dict.get(f"{stack}.layer_select.logits")
-            if logits is None:
+            keep = stored_keep(state_dict, model_cfg, stack)
+            if keep is None:
                 kept[stack] = list(range(depth))
                 continue
-            top_k = int(getattr(model_cfg, f"latent_{stack}_target_depth", 0) or 0) if keep == "top-k" else 0
             side = str(getattr(model_cfg, f"latent_{stack}_lang", "src" if stack == "encoder" else "tgt"))
-            kept[stack] = keep_table(logits, keep, threshold, top_k)[lang[side]].nonzero().flatten().tolist()
+            kept[stack] = keep[lang[side]].nonzero().flatten().tolist()
         renumber = {stack: {old: new for new, old in enumerate(layers)} for stack, layers in kept.items()}
         out = {}
         for key, value in state_dict.items():
@@ -374,6 +398,14 @@ class LatentDepthTransformerModel(LanguageAwareTransformerModel):
         changes = {name: None for name in LATENT_FIELDS}
         changes.update(encoder_layers=len(kept["encoder"]), decoder_layers=len(kept["decoder"]))
         return out, changes
+
+
+def stored_keep(state_dict, model_cfg, stack: str):
+    """The keep table (N, L) of a stack in a checkpoint's model state under its saved inference
+    rule (the committed decision when training committed); None for a static stack."""
+    return keep_from_state(state_dict, f"{stack}.layer_select.", str(getattr(model_cfg, "latent_keep", "threshold")),
+                           float(getattr(model_cfg, "latent_keep_threshold", 0.5)),
+                           int(getattr(model_cfg, f"latent_{stack}_target_depth", 0) or 0))
 
 
 # --- presets -----------------------------------------------------------------------------------

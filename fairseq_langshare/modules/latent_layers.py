@@ -12,11 +12,19 @@ n has its own selection logit ``alpha_l^(n)`` per layer, i.e. its own posterior
   ``L_K = |sum_l u_l - K|`` and ``u_l`` the samples averaged over languages.
 * Inference: no sampling. Per language a layer is kept when ``q(z_l = 1) >= threshold`` (or it is
   among the K most probable layers); kept layers get ``z = 1`` and skipped layers do not run.
+* Commit (this package's final phase, ``--latent-commit-updates``): from that update on, training
+  runs the pruned network inference will run: the decision is frozen into the ``committed_keep``
+  buffer, nothing is sampled and the logits stop learning. Without it, posteriors that end near
+  1/2 would be decoded by a network training never ran (z = 1 on every kept layer).
+
+The logits are ``scale * theta`` (``modules/scaled_logits.py``): they learn ``scale`` times faster
+than the weights, so that a CPU-sized run can move them as far as the paper's long runs do.
 
 ``LayerSelector`` holds the logits of one stack, draws (or decides) the per-sentence ``z`` once
 per forward call, reports the loss terms and statistics, and tells each layer what to do.
 """
 
+import warnings
 from typing import List, Optional, Sequence
 
 import torch
@@ -25,13 +33,16 @@ from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
 from .routing import MissingLanguageIds
+from .scaled_logits import add_scaled_logits, scaled_from_state, scaled_value, set_scaled_value
 from .schedules import ScheduledModule, exponential_ramp, linear_ramp
 
 __all__ = ["gumbel_sigmoid", "bernoulli_kl", "kl_to_prior", "target_depth_loss", "keep_table", "LayerSelector",
-           "PRIORS", "KEEP_RULES", "RUN", "SKIP"]
+           "keep_from_state", "resolve_keep_rule", "alpha_from_state", "undecided_share", "PRIORS", "KEEP_RULES", "RUN", "SKIP",
+           "DECISIVE"]
 
 PRIORS = ("uniform", "aggregated")
 KEEP_RULES = ("threshold", "top-k")
+DECISIVE = 0.9  # a posterior is decided when q(z_l = 1) >= DECISIVE or <= 1 - DECISIVE
 RUN, SKIP = "run", "skip"  # what a layer does at inference (or a (1, B, 1) mask of the rows that keep it)
 _EPS = 1e-6
 
@@ -93,6 +104,41 @@ def keep_table(logits: Tensor, rule: str = "threshold", threshold: float = 0.5, 
     return torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, True)
 
 
+def undecided_share(logits: Tensor, languages: Optional[Tensor] = None) -> float:
+    """Share of the (trained languages') posteriors with 1 - DECISIVE < q(z_l = 1) < DECISIVE."""
+    probs = torch.sigmoid(logits.detach().float())
+    probs = probs if languages is None else probs[languages]
+    return float(((probs > 1 - DECISIVE) & (probs < DECISIVE)).float().mean()) if probs.numel() else 0.0
+
+
+def alpha_from_state(state: dict, prefix: str) -> Optional[Tensor]:
+    """The selection logits alpha of the stack ``prefix`` (e.g. ``decoder.layer_select.``) in a
+    checkpoint's model state, None when the stack is static."""
+    return scaled_from_state(state, prefix + "logits") if prefix + "logits" in state else None
+
+
+def resolve_keep_rule(rule: str, target_depth: int) -> str:
+    """``auto`` (the default) is top-k for a stack with a target depth K, threshold otherwise."""
+    rule = str(rule or "threshold")
+    if rule == "auto":
+        return "top-k" if target_depth > 0 else "threshold"
+    return rule
+
+
+def keep_from_state(state: dict, prefix: str, rule: str, threshold: float, target_depth: int) -> Optional[Tensor]:
+    """The inference decision (N, L) stored in a checkpoint: the committed table when training
+    committed, else ``keep_table`` of the logits under ``rule`` (``auto`` resolved); None when
+    the stack is static."""
+    alpha = alpha_from_state(state, prefix)
+    if alpha is None:
+        return None
+    committed = state.get(prefix + "committed")
+    if committed is not None and bool(committed):
+        return state[prefix + "committed_keep"].bool()
+    rule = resolve_keep_rule(rule, target_depth)
+    return keep_table(alpha, rule, threshold, target_depth if rule == "top-k" else 0)
+
+
 class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
     """The selection posteriors of one latent stack: logits (num_langs, num_layers).
 
@@ -105,14 +151,20 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
                  tau_start: float = 1.0, tau_end: float = 0.1, tau_anneal_updates: int = 0,
                  prior: str = "uniform", kl_weight: float = 1.0, kl_anneal_updates: int = 0,
                  target_depth: int = 0, target_depth_weight: float = 0.1, update_period: int = 1,
-                 keep_rule: str = "threshold", keep_threshold: float = 0.5,
-                 trained_languages: Optional[Sequence[int]] = None):
+                 keep_rule: str = "threshold", keep_threshold: float = 0.5, commit_updates: int = 0,
+                 logit_lr_scale: float = 1.0, trained_languages: Optional[Sequence[int]] = None):
         super().__init__()
         if prior not in PRIORS:
             raise ValueError(f"unknown prior {prior!r}: use one of {PRIORS}")
         self.name, self.side, self.num_layers = name, side, num_layers
-        self.logits = nn.Parameter(torch.empty(num_langs, num_layers))
-        nn.init.constant_(self.logits, logit_init)  # explicit: q(z_l = 1) = sigmoid(logit_init) everywhere
+        # q(z_l = 1) = sigmoid(logit_init) everywhere; alpha = logit_lr_scale * theta
+        add_scaled_logits(self, "logits", (num_langs, num_layers), logit_init, logit_lr_scale)
+        # the decision training committed to (saved: inference and export read it); checkpoints
+        # from before the commit phase load as uncommitted
+        self.register_buffer("committed", torch.tensor(False))
+        self.register_buffer("committed_keep", torch.zeros(num_langs, num_layers, dtype=torch.bool))
+        self._register_load_state_dict_pre_hook(self._uncommitted_by_default)
+        self.commit_updates = commit_updates
         trained = torch.zeros(num_langs, dtype=torch.bool)
         trained[list(trained_languages) if trained_languages else slice(None)] = True
         self.register_buffer("trained_languages", trained, persistent=False)
@@ -124,6 +176,19 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         # per-call state in a plain dict: z (L, 1, B, 1) in training, plan (list) at inference
         self._call = {"z": None, "plan": None, "batch": None}
         self._cache = {}  # values derived from the logits, reused while the logits keep their value
+
+    def _uncommitted_by_default(self, state_dict, prefix, *args):
+        if prefix + "logits" in state_dict and prefix + "committed" not in state_dict:
+            state_dict[prefix + "committed"] = torch.tensor(False)
+            state_dict[prefix + "committed_keep"] = torch.zeros_like(self.committed_keep)
+
+    def alpha(self) -> Tensor:
+        """The selection logits alpha (N, L), ``scale * theta``."""
+        return scaled_value(self, "logits")
+
+    def set_alpha(self, value: Tensor) -> None:
+        """Set the logits alpha (e.g. posteriors by hand)."""
+        set_scaled_value(self, "logits", value)
 
     # --- schedules: pure functions of num_updates ------------------------------------------
     def tau(self) -> float:
@@ -137,14 +202,28 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         return linear_ramp(self.num_updates, self.kl_anneal_updates, self.kl_weight)
 
     def updates_selection(self) -> bool:
-        """Algorithm 2: the logits learn from updates I, 2I, ... (1-based); I = 1 is joint training."""
-        return (self.num_updates + 1) % self.update_period == 0
+        """Algorithm 2: the logits learn from updates I, 2I, ... (1-based); I = 1 is joint training.
+        Never after the commit."""
+        return not self.is_committed() and (self.num_updates + 1) % self.update_period == 0
+
+    def is_committed(self) -> bool:
+        return bool(self.committed)
+
+    def commit(self) -> None:
+        """Freeze today's inference decision: from now on training runs the pruned network."""
+        with torch.no_grad():
+            self.committed_keep.copy_(keep_table(self.alpha(), self.keep_rule, self.keep_threshold,
+                                                 self.target_depth if self.keep_rule == "top-k" else 0))
+            self.committed.fill_(True)
+        self.logits.requires_grad_(False)
+        self._cache.clear()
 
     # --- per forward call --------------------------------------------------------------------
     def _derived(self, name: str, compute):
         """``compute()`` once per value of the logits and of the inference rule (optimizers write
         ``p.data``, which leaves the version counter alone, so the values themselves are compared)."""
-        logits, rule = self.logits.detach(), (self.keep_rule, self.keep_threshold, self.target_depth)
+        logits = self.alpha().detach()
+        rule = (self.keep_rule, self.keep_threshold, self.target_depth, self.is_committed())
         entry = self._cache.get(name)
         if entry is not None and entry[0] == rule and entry[1].shape == logits.shape \
                 and entry[1].device == logits.device and torch.equal(entry[1], logits):
@@ -154,9 +233,27 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         return value
 
     def keep(self) -> Tensor:
-        """The inference decision for every language, bool (N, L)."""
+        """The inference decision for every language, bool (N, L): the committed one once training
+        committed, else the keep rule applied to the posteriors."""
+        if self.is_committed():
+            return self.committed_keep
         top_k = self.target_depth if self.keep_rule == "top-k" else 0
-        return self._derived("keep", lambda: keep_table(self.logits, self.keep_rule, self.keep_threshold, top_k))
+        return self._derived("keep", lambda: keep_table(self.alpha(), self.keep_rule, self.keep_threshold, top_k))
+
+    def _warn_if_undecided(self) -> None:
+        """Inference from undecided posteriors runs a network training never ran as such: say so
+        once per value of the logits (a model that committed is exempt: it trained that network)."""
+        if self.is_committed():
+            return
+        share = self._derived("undecided", lambda: undecided_share(self.alpha(), self.trained_languages))
+        if share > 0 and not self._cache.get("warned_undecided") == share:
+            self._cache["warned_undecided"] = share
+            kept = self.keep()[self.trained_languages].float().sum(-1).mean()
+            warnings.warn(
+                f"{share:.0%} of the {self.name} stack's selection posteriors are undecided (between {1 - DECISIVE:.1f} "
+                f"and {DECISIVE:.1f}): inference runs the {self.keep_rule} decision ({float(kept):.1f} layers per "
+                "language on average), a network training only sampled; train with --latent-commit-updates so that "
+                "the last phase trains the network that is decoded", stacklevel=3)
 
     def prepare(self, lang_ids: Optional[Tensor]) -> None:
         if lang_ids is None:
@@ -165,19 +262,23 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
                 "language; train and decode with --task multilingual_langshare")
         call = self._call
         call["batch"] = lang_ids.numel()
-        if self.training:
+        if self.training and not self.is_committed() and 0 < self.commit_updates <= self.num_updates:
+            self.commit()
+        if self.training and not self.is_committed():
             call["plan"] = None
             call["z"] = self._sample(lang_ids)
         else:
+            if not self.training:
+                self._warn_if_undecided()
             call["z"] = None
             call["plan"] = self._plan(lang_ids)
 
     def _sample(self, lang_ids: Tensor) -> Tensor:
         # Algorithm 2 without a second backward: on the other updates the logits are no part of
         # the graph (their gradient stays None, so fairseq's optimizers and legacy_ddp skip them)
-        logits = self.logits
-        if logits.requires_grad != self.updates_selection():
-            logits.requires_grad_(self.updates_selection())
+        if self.logits.requires_grad != self.updates_selection():
+            self.logits.requires_grad_(self.updates_selection())
+        logits = self.alpha()
         trained = self.trained_languages
         z_table = gumbel_sigmoid(logits, self.tau())  # one draw per language and layer
         # Eq. 7, weighted by each language's share of the batch (the NLL term sums over sentences)
@@ -207,11 +308,13 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         value of the logits: decoding steps only copy them)."""
         def compute():
             trained = self.trained_languages
-            u = torch.sigmoid(self.logits.detach().float())[trained].mean(0)
+            u = torch.sigmoid(self.alpha().detach().float())[trained].mean(0)
             width = len(str(self.num_layers))
             stats = {f"{self.name}_u_{layer + 1:0{width}d}": value for layer, value in enumerate(u.tolist())}
             stats[f"{self.name}_depth"] = float(u.sum())
             stats[f"{self.name}_kept"] = float(self.keep()[trained].float().sum(-1).mean())
+            stats[f"{self.name}_undecided"] = undecided_share(self.alpha(), trained)
+            stats[f"{self.name}_committed"] = float(self.is_committed())
             return stats
 
         self._records()["stats"].update(self._derived("stats", compute))
