@@ -18,6 +18,11 @@ Settings (appendix C.2 and the authors' command in fairseq's ``examples/latent_d
   ``--anneal-updates 5000``); target depth K = half the latent stack, on the decoder only
   (README ``--target-layers 12`` for 24 decoder layers; appendix D applies L_K to the decoder only).
 * Language of the posteriors: the non-English side (the target for O2M, the source for M2O).
+* The paper's procedure, not this package's defaults: the logits learn at the weights' rate
+  (``latent_logit_lr_scale: 1``; at 14K updates of lr 1.5e-3 they can travel about 14 units)
+  and training never commits (``latent_commit_updates: 0``): inference keeps each language's
+  top K, as section 5.2 prunes. Decoding warns if the posteriors end undecided
+  (docs/latent_depth.md, "Why the posteriors did not decide").
 """
 
 from .hparams import Batch, Evaluation, Experiment, Method, Paper
@@ -38,7 +43,8 @@ def _static(enc, dec, wide=False):
 def _latent(stacks, enc, dec, side):
     model = {"_name": "latent_depth_transformer", **NARROW, "encoder_layers": enc, "decoder_layers": dec,
              "latent_layers": stacks, "latent_kl_weight": 1.0, "latent_target_depth_weight": 0.1,
-             "latent_kl_anneal_updates": 5000, "latent_encoder_lang": side, "latent_decoder_lang": side}
+             "latent_kl_anneal_updates": 5000, "latent_encoder_lang": side, "latent_decoder_lang": side,
+             "latent_logit_lr_scale": 1.0, "latent_commit_updates": 0}
     tiny = {"encoder_layers": 2, "decoder_layers": 4, "latent_kl_anneal_updates": 1}
     if stacks in ("decoder", "both"):
         model["latent_decoder_target_depth"] = dec // 2
