@@ -77,7 +77,8 @@ def test_plan_every_model_runs_the_baselines_layers_and_widths(corpora, tmp_path
 def test_plan_refuses_a_model_that_runs_more(corpora, tmp_path, monkeypatch):
     deeper = H2HModel("lsl", "LSL", "lsl_transformer_small", {"o2m": ("--lsl-encoder-layers", "TGT={6}")}, "")
     latent = H2HModel("latent_depth", "ld", "latent_depth_transformer_small",
-                      {"o2m": ("--decoder-layers", "4", "--latent-decoder-target-depth", "2")}, "")  # threshold keep
+                      {"o2m": ("--decoder-layers", "4", "--latent-decoder-target-depth", "2", "--latent-keep",
+                               "threshold")}, "")  # untrained posteriors at 1/2: every layer kept
     sparse = H2HModel("adaptive_sparse", "as", "adaptive_sparse_transformer_small",
                       {"o2m": ("--encoder-layers", "2", "--decoder-layers", "2", "--sparse-types", "ffn",
                                "--sparse-encoder-keep-blocks", "1", "--sparse-decoder-keep-blocks", "1")}, "")
