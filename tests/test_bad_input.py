@@ -4,8 +4,9 @@ and loses nothing: outputs are checked before the work, never written over an in
 
 Most cases run in process: ``langshare`` through ``cli.main`` (exit status and stderr), fairseq's CLIs through
 their entry points, whose exception goes through ``user_errors.error_line`` -- the function the excepthook
-installed in ``fairseq-train``/``-generate``/``-interactive`` prints. Two subprocess runs check that the hook is
-really installed and that a ``fairseq-interactive`` session survives bad lines.
+installed in ``fairseq-train``/``-generate``/``-interactive`` prints. Subprocess runs check that the hook is
+really installed, that a ``fairseq-interactive`` session survives bad lines, and that a bad ``--input`` file is
+refused before anything is translated.
 """
 
 import hashlib
@@ -458,3 +459,29 @@ def test_fairseq_interactive_session_survives_bad_lines(corpus, run, tmp_path):
     assert code == 0, err[-2000:]
     assert sorted(int(l.split("\t")[0][2:]) for l in out.splitlines() if l.startswith("H-")) == [0, 1, 3]
     assert "input line 2 is not valid UTF-8" in out + err and "input line 3 has" in out + err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("content,flag,message", [
+    (b"cat dog\n" * 6 + b"re\xff tree\nbig house\n", "--input", "line 7 is not valid UTF-8 (byte 0xff at column 3)"),
+    (b"cat dog\nbig caf\xc3", "--input=", "line 2 is not valid UTF-8 (byte 0xc3 at column 8)"),
+    (None, "--input", "cannot be read (No such file or directory)"),
+], ids=["invalid-byte", "truncated-at-end", "missing"])
+def test_fairseq_interactive_refuses_a_bad_input_file_before_translating(corpus, run, tmp_path, content, flag,
+                                                                         message):
+    """fairseq decodes an --input FILE strictly itself, mid-session; the task checks the file at start-up:
+    exit status 1, one line naming the line, byte and fix, nothing translated, nothing written."""
+    source = tmp_path / "in.txt"
+    if content is not None:
+        source.write_bytes(content)
+    before = snapshot(tmp_path)
+    option = [f"--input={source}"] if flag.endswith("=") else [flag, source]
+    code, out, err = cli_run([BIN / "fairseq-interactive"] + task_args(corpus) + [
+        "--path", run / "checkpoint_last.pt", "-s", "en", "-t", "xx", "--cpu"] + option)
+    assert code == 1 and "Traceback" not in err, err[-2000:]
+    assert last_line(err).startswith(f"fairseq-interactive: error: --input {source}: {message}"), err[-2000:]
+    if content is not None:
+        assert last_line(err).endswith(f"convert it with `iconv -c -f utf-8 -t utf-8 {source} > {source}.utf8` or "
+                                       "pipe it to stdin, where invalid bytes are replaced")
+    assert not [l for l in out.splitlines() if l[:2] in ("S-", "H-", "D-", "P-")]
+    assert snapshot(tmp_path) == before

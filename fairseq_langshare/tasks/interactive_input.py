@@ -10,15 +10,20 @@ fairseq reads stdin through ``fileinput`` and hands each buffer of lines to the 
 * a line longer than the model's positions is skipped with a warning naming it, instead of fairseq's
   "Size of sample #0 is invalid" exception; the other lines of the buffer are translated.
 
-An ``--input FILE`` is opened by fairseq with strict UTF-8 decoding that no task hook precedes: convert such
-a file (``iconv -c -f utf-8 -t utf-8``) or pipe it to stdin.
+An ``--input FILE`` is decoded strictly by fairseq itself (``fileinput`` with a UTF-8 open hook), before any
+task code sees its lines: one bad byte would end the session mid-way. So the task reads a regular ``--input``
+file once at start-up (``check_input_file``) and refuses it in one line naming the line, the byte and the fix
+(convert it, or pipe it to stdin); a pipe or FIFO is left unread for fairseq.
 """
 
+import argparse
+import errno
 import io
 import logging
+import os
 import sys
 
-__all__ = ["tolerate_undecodable_stdin", "decodable", "warn_too_long"]
+__all__ = ["tolerate_undecodable_stdin", "decodable", "warn_too_long", "input_option", "check_input_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +32,39 @@ def tolerate_undecodable_stdin() -> None:
     """Decode stdin with ``surrogateescape`` (as Python does under a C locale) instead of failing."""
     if isinstance(sys.stdin, io.TextIOWrapper) and sys.stdin.errors == "strict":
         sys.stdin.reconfigure(errors="surrogateescape")
+
+
+def input_option(argv=None) -> str:
+    """fairseq-interactive's ``--input`` in ``argv`` (default: the command line; the task's config does not
+    carry it), ``-`` if absent."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # as fairseq's parser
+    parser.add_argument("--input", default="-")
+    return parser.parse_known_args(sys.argv[1:] if argv is None else argv)[0].input
+
+
+def check_input_file(path: str) -> None:
+    """Refuse an ``--input`` file fairseq would stop reading at its first byte that is not UTF-8."""
+    if path == "-":
+        return
+    try:
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not os.path.isfile(os.path.realpath(path)):  # a FIFO or process substitution is read once, by fairseq
+            os.stat(path)  # but a missing path is refused here
+            return
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    column = len(raw[: error.start].decode("utf-8")) + 1
+                    raise ValueError(
+                        f"--input {path}: line {number} is not valid UTF-8 (byte 0x{raw[error.start]:02x} at "
+                        f"column {column}); convert it with `iconv -c -f utf-8 -t utf-8 {path} > {path}.utf8` "
+                        "or pipe it to stdin, where invalid bytes are replaced") from None
+    except OSError as error:
+        raise ValueError(f"--input {path}: cannot be read ({error.strerror or error}); pass a readable text "
+                         "file, or - for stdin") from None
 
 
 def decodable(line: str, number: int) -> str:

@@ -7,7 +7,8 @@ language ids for training, validation, ``fairseq-generate`` and ``fairseq-intera
   checkpoint re-maps a reordered ``--langs`` by code or refuses a different set
   (``LanguageInventory.adopt``);
 * at inference (``fairseq-interactive`` passes no ids) the ids come from ``-s``/``-t``; one bad input
-  line (not UTF-8, too long) is replaced or skipped with a warning (``interactive_input``);
+  line (not UTF-8, too long) is replaced or skipped with a warning, an ``--input`` file that is not
+  UTF-8 is refused at start-up (``interactive_input``);
 * binarized data is checked before fairseq opens it (``data.binarized``), the language-token flags are
   stored with the inventory and checked on load, bad options are one-line errors;
 * options are a ``FairseqDataclass`` so ``fairseq-hydra-train`` works too.
@@ -35,7 +36,8 @@ from omegaconf import II, OmegaConf
 from ..data.binarized import sentence_count
 from ..languages import LanguageInventory
 from ..user_errors import fairseq_cli
-from .interactive_input import decodable, tolerate_undecodable_stdin, warn_too_long
+from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
+                                warn_too_long)
 from .language_tagged_dataset import LanguageTaggedDataset, attach_lang_ids
 
 logger = logging.getLogger(__name__)
@@ -154,6 +156,7 @@ def check_options(args):
     if fairseq_cli() == "fairseq-interactive":
         require_direction(args)
         tolerate_undecodable_stdin()
+        check_input_file(input_option())
 
 
 def require_direction(args):
