@@ -33,14 +33,13 @@ def term_gradients(model, criterion, task, batches: int):
         alpha.retain_grad()
         selector.alpha = lambda: alpha
         try:
-            loss, sample_size, _ = criterion(model, sample)
+            net_output = model(**sample["net_input"])
         finally:
             del selector.alpha
+        loss, _ = criterion.compute_loss(model, net_output, sample)
+        nll = loss / sample["ntokens"]  # what fairseq's gradient is: the sum over tokens / sample_size
         aux, _ = model.auxiliary_outputs()
-        # the criterion added weight * value * sample_size per term: take each term on its own
         terms = {"kl": aux.get(f"kl_{selector.name}"), "target_depth": aux.get(f"target_depth_{selector.name}")}
-        total_aux = sum(w * v for v, w in (t for t in terms.values() if t is not None))
-        nll = (loss - total_aux * sample_size) / sample_size
         for name, value in (("nll", nll), *((n, t[0] * t[1]) for n, t in terms.items() if t is not None)):
             (g,) = torch.autograd.grad(value, alpha, retain_graph=True, allow_unused=True)
             grads[name].append(torch.zeros_like(alpha) if g is None else g.detach())
@@ -68,6 +67,8 @@ def main(argv=None):
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     from fairseq import checkpoint_utils
+
+    import fairseq_langshare  # noqa: F401  (registers the models; allow-lists what fairseq checkpoints hold)
 
     results = {}
     for path in args.checkpoints:
