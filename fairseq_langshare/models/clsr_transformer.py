@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+import torch
 from fairseq.dataclass import ChoiceEnum
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig
@@ -270,19 +271,25 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         summed in fp32. A training loss only (as the authors): in eval mode (validation) it is
         logged with weight 0."""
         cfg = self.cfg
-        learned = [u for u in self.clsr_units() if u.mode in ("learned", "soft") and u.last_gate_sum is not None]
+        learned = [u for u in self.clsr_units() if u.mode in ("learned", "soft") and u._call["last"] is not None]
         if learned:
-            total = sum(u.last_gate_sum for u in learned)
-            count = sum(u.last_token_count for u in learned)
-            ratio = total / max(count, 1)
+            # each unit's sum and count once, kept on the device: no sync here (logging converts)
+            sums = {u.name: u.last_gate_sum for u in learned}
+            counts = {u.name: u.last_token_count for u in learned}
+
+            def ratio(names):
+                count = sum(counts[n] for n in names)
+                count = count.clamp(min=1) if torch.is_tensor(count) else max(count, 1)
+                return sum(sums[n] for n in names) / count
+
+            total = ratio(list(sums))
             weight = cfg.clsr_budget_weight if self.training else 0.0
-            self.report_loss("budget", (ratio - cfg.clsr_budget).abs(), weight)
-            self.report_stat("gate_open", ratio)
+            self.report_loss("budget", (total - cfg.clsr_budget).abs(), weight)
+            self.report_stat("gate_open", total)
             for stack in ("enc", "dec"):
-                part = [u for u in learned if u.name.startswith(stack)]
+                part = [n for n in sums if n.startswith(stack)]
                 if part:
-                    n = max(sum(u.last_token_count for u in part), 1)
-                    self.report_stat(f"gate_open_{stack}", sum(u.last_gate_sum for u in part) / n)
+                    self.report_stat(f"gate_open_{stack}", ratio(part))
             if self.training and learned[0].mode == "learned":
                 self.report_stat("noise_alpha", learned[0].noise_scale())
         for u in learned:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .routing import LanguageIds, route_by_language
+from .routing import LanguageIds, languages_present, route_by_language
 from .schedules import ScheduledModule, linear_ramp
 
 __all__ = ["LanguageProjections", "ClsrGate", "ClsrUnit", "GATE_MODES"]
@@ -39,13 +39,29 @@ class LanguageProjections(nn.Module):
         bound = math.sqrt(6.0 / (2 * dim))  # xavier-uniform of each d x d matrix
         nn.init.uniform_(self.weight, -bound, bound)
 
+    def matrices(self, lang_ids: Tensor):
+        """What ``[lang]`` indexes for the languages of ``lang_ids``. With autograd on, the matrices
+        of the languages present are sliced once per call (one ``index_select``): a slice per
+        language (``weight[lang]``) would make each slice's backward allocate and add a zero tensor
+        the size of the whole bank. Without autograd, ``weight[lang]`` is a view: the bank itself."""
+        weight = self.weight
+        if not (weight.requires_grad and torch.is_grad_enabled()):
+            return weight
+        langs = languages_present(lang_ids)
+        if len(langs) == 1:
+            return {langs[0]: weight[langs[0]]}
+        picked = weight.index_select(0, torch.tensor(langs, device=weight.device)).unbind(0)
+        return dict(zip(langs, picked))
+
     def forward(self, h: Tensor, lang_ids: Tensor) -> Tensor:
         """h (T, B, d), lang_ids (B,) -> (T, B, d): each sentence through its language's matrix."""
-        return route_by_language(h, lang_ids, lambda lang, rows, _: rows @ self.weight[lang])
+        mats = self.matrices(lang_ids)
+        return route_by_language(h, lang_ids, lambda lang, rows, _: rows @ mats[lang])
 
     def tokens(self, h: Tensor, lang_ids: Tensor) -> Tensor:
         """h (N, d) of N tokens with their languages (N,) -> (N, d)."""
-        return route_by_language(h, lang_ids, lambda lang, rows, _: rows @ self.weight[lang], batch_dim=0)
+        mats = self.matrices(lang_ids)
+        return route_by_language(h, lang_ids, lambda lang, rows, _: rows @ mats[lang], batch_dim=0)
 
 
 class ClsrGate(nn.Module):
@@ -108,12 +124,13 @@ class ClsrUnit(nn.Module, ScheduledModule):
         return gates.sum(dtype=torch.float32)
 
     @property
-    def last_token_count(self) -> int:
-        """Non-pad tokens of the last forward (Eq. 6 denominator, per unit)."""
+    def last_token_count(self):
+        """Non-pad tokens of the last forward (Eq. 6 denominator, per unit): an int, or a 0-dim
+        tensor when a padding mask was bound (counted on the device, no sync)."""
         if self._call["last"] is None:
             return 0
         gates, mask = self._call["last"]
-        return gates.numel() if mask is None else int((~mask).sum())
+        return gates.numel() if mask is None else (~mask).sum()
 
     def reset_gate_record(self) -> None:
         self._call["last"] = None
@@ -140,12 +157,15 @@ class ClsrUnit(nn.Module, ScheduledModule):
                 gates = torch.sigmoid(logits + torch.randn_like(logits) * self.noise_scale())
             else:
                 gates = logits >= 0  # hard decision, kept boolean for the inference path
-        mask = self.languages.padding_mask(z.size(0))
         call = self._call
         call["gates"] = gates
-        call["last"] = (gates, mask)  # summed only if the budget asks (not while decoding)
+        # kept for the budget (summed only if it asks): the raw mask may be all False (masking with
+        # it is exact), which costs no device sync on the decoding path
+        mask = self.languages.raw_padding_mask(z.size(0))
+        call["last"] = (gates, mask)
         if self.collect is not None:
-            self.collect(self.name, gates.detach().squeeze(-1), self.languages.get(self.side), mask)
+            self.collect(self.name, gates.detach().squeeze(-1), self.languages.get(self.side),
+                         mask if mask is None or mask.any() else None)
 
     def forward(self, h: Tensor) -> Tensor:
         modules, call = self._modules, self._call

@@ -25,7 +25,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
-from .routing import LanguageIds, route_by_language
+from .routing import LanguageIds, LastResult, languages_present, route_by_language
 
 __all__ = [
     "LayerSpecError", "parse_layer_spec", "format_layer_spec",
@@ -122,10 +122,12 @@ def format_layer_spec(sides: Sequence[Optional[str]]) -> str:
 # --- routing helpers -------------------------------------------------------------------------
 
 def _check_ids(lang_ids: Tensor, num_langs: int) -> None:
-    if lang_ids.numel() and (int(lang_ids.max()) >= num_langs or int(lang_ids.min()) < 0):
+    """Read from the routing's own grouping of the ids (cached per ids tensor): no extra sync."""
+    langs = languages_present(lang_ids) if lang_ids.numel() else []
+    if langs and (langs[-1] >= num_langs or langs[0] < 0):
         raise IndexError(
-            f"language id {int(lang_ids.max())} has no language-specific weights: the layer holds "
-            f"{num_langs} languages (the --langs inventory it was built with); decode with the same --langs"
+            f"language id {langs[-1] if langs[-1] >= num_langs else langs[0]} has no language-specific weights: "
+            f"the layer holds {num_langs} languages (the --langs inventory it was built with); decode with the same --langs"
         )
 
 
@@ -216,12 +218,32 @@ class LanguageSpecificEncoderLayer(_LanguageCopies):
         )
 
 
+_REORDERED = LastResult()  # every container of a decoder reorders the same ids with the same order
+_SAME_IDS = LastResult()  # ... and checks the same two ids tensors at the next step
+
+
+def _reordered(old: Tensor, new_order: Tensor) -> Tensor:
+    return _REORDERED.get((old, new_order), old.index_select, 0, new_order)
+
+
+def _same_ids(a: Tensor, b: Tensor) -> bool:
+    return a is b or _SAME_IDS.get((a, b), torch.equal, a, b)
+
+
 class _IncrementalRouting(FairseqIncrementalState):
     """Keeps each language copy's incremental state (attention caches holding that language's
-    rows only) out of fairseq's batch-level reorder, and reorders it per language."""
+    rows only) out of fairseq's batch-level reorder, and reorders it per language.
+
+    A batch whose rows all have one language at the first decoding step keeps it (beam search
+    reorders rows within a sentence and drops finished sentences): its copy then holds every row,
+    so its caches stay where fairseq reorders them itself, and nothing is moved (``single``)."""
 
     def _prefixes(self, lang: int):
-        return {m._incremental_state_id for m in self.copies[lang].modules() if isinstance(m, FairseqIncrementalState)}
+        cache = self.__dict__.setdefault("_prefix_cache", {})
+        if lang not in cache:
+            cache[lang] = {m._incremental_state_id for m in self.copies[lang].modules()
+                           if isinstance(m, FairseqIncrementalState)}
+        return cache[lang]
 
     def _stash_key(self, lang: int) -> str:
         return self._get_full_incremental_state_key(f"lang{lang}")
@@ -234,32 +256,40 @@ class _IncrementalRouting(FairseqIncrementalState):
         moved = {k: incremental_state.pop(k) for k in list(incremental_state) if k.split(".", 1)[0] in prefixes}
         incremental_state[self._stash_key(lang)] = moved
 
-    def _check_layout(self, incremental_state, lang_ids: Tensor) -> None:
+    def _check_layout(self, incremental_state, lang_ids: Tensor):
+        """The layout of this decoding: {"lang_ids", "single": the one language or None}."""
         layout = self.get_incremental_state(incremental_state, "layout")
-        if layout is not None and not torch.equal(layout["lang_ids"], lang_ids):
+        if layout is None:
+            langs = languages_present(lang_ids)
+            layout = {"lang_ids": lang_ids, "single": langs[0] if len(langs) == 1 else None}
+        elif not _same_ids(layout["lang_ids"], lang_ids):
             raise RuntimeError(
                 "language-specific decoder layer: the rows changed languages since the last decoding step "
                 "without reorder_incremental_state (the encoder_out language ids must be reordered with the state)"
             )
-        self.set_incremental_state(incremental_state, "layout", {"lang_ids": lang_ids})
+        else:
+            layout = {"lang_ids": lang_ids, "single": layout["single"]}
+        self.set_incremental_state(incremental_state, "layout", layout)
+        return layout
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         layout = self.get_incremental_state(incremental_state, "layout")
         if layout is None:
             return incremental_state
         old = layout["lang_ids"]
-        new = old.index_select(0, new_order)
-        for lang in torch.unique(old).tolist():
-            if self._stash_key(lang) not in incremental_state:
-                continue
-            position = old.eq(lang).long().cumsum(0) - 1  # row -> its row number among `lang`'s rows
-            sub_order = position.index_select(0, new_order.masked_select(new.eq(lang)))
-            self._restore(lang, incremental_state)
-            for module in self.copies[lang].modules():
-                if isinstance(module, FairseqIncrementalState) and hasattr(module, "reorder_incremental_state"):
-                    module.reorder_incremental_state(incremental_state, sub_order)
-            self._stash(lang, incremental_state)
-        self.set_incremental_state(incremental_state, "layout", {"lang_ids": new})
+        new = _reordered(old, new_order)
+        if layout["single"] is None:
+            for lang in languages_present(old):
+                if self._stash_key(lang) not in incremental_state:
+                    continue
+                position = old.eq(lang).long().cumsum(0) - 1  # row -> its row number among `lang`'s rows
+                sub_order = position.index_select(0, new_order.masked_select(new.eq(lang)))
+                self._restore(lang, incremental_state)
+                for module in self.copies[lang].modules():
+                    if isinstance(module, FairseqIncrementalState) and hasattr(module, "reorder_incremental_state"):
+                        module.reorder_incremental_state(incremental_state, sub_order)
+                self._stash(lang, incremental_state)
+        self.set_incremental_state(incremental_state, "layout", {"lang_ids": new, "single": layout["single"]})
         return incremental_state
 
 
@@ -278,7 +308,15 @@ class LanguageSpecificDecoderLayer(_LanguageCopies, _IncrementalRouting):
             raise NotImplementedError("language-specific decoder layers do not take prev_self_attn_state/prev_attn_state")
         ids = self.lang_ids()
         if incremental_state is not None:
-            self._check_layout(incremental_state, ids)
+            single = self._check_layout(incremental_state, ids)["single"]
+        else:
+            langs = languages_present(ids)
+            single = langs[0] if len(langs) == 1 else None
+        if single is not None:  # one language: its copy on the whole batch, no packing
+            y, attn, _ = self.copies[single](
+                x, encoder_out, encoder_padding_mask, incremental_state, self_attn_mask=self_attn_mask,
+                self_attn_padding_mask=self_attn_padding_mask, need_attn=need_attn, need_head_weights=need_head_weights)
+            return y, attn, None
         B = x.size(1)
         attn_meta = {}
 
@@ -321,8 +359,16 @@ class LanguageSpecificAttention(_LanguageCopies, _IncrementalRouting):
         if before_softmax:
             raise NotImplementedError("language-specific attention does not support before_softmax")
         ids = self.lang_ids()
+        single = None
         if incremental_state is not None:
-            self._check_layout(incremental_state, ids)
+            single = self._check_layout(incremental_state, ids)["single"]
+        else:
+            langs = languages_present(ids)
+            single = langs[0] if len(langs) == 1 else None
+        if single is not None:  # one language: its copy on the whole batch, no packing
+            return self.copies[single](
+                query=query, key=key, value=value, key_padding_mask=key_padding_mask, incremental_state=incremental_state,
+                need_weights=need_weights, static_kv=static_kv, attn_mask=attn_mask, need_head_weights=need_head_weights)
         B = query.size(1)
         attn_meta = {}
 
