@@ -3,8 +3,9 @@ file against two checkouts (``PYTHONPATH=CHECKOUT``) on the benchmark corpus, on
 
     python -m benchmarks.hot_paths [--reps 5] [--out FILE.json]
 
-Each line is the median seconds of one operation over ``--reps`` timed rounds (after one warm-up),
-with the numbers of the rounds:
+Each line is the median CPU seconds of this process (one thread: less disturbed by other jobs on
+a shared machine than the wall clock) of one operation over ``--reps`` timed rounds (after one
+warm-up), with the numbers of the rounds:
 * ``clsr_bank_fwd_bwd_88``: ``LanguageProjections`` forward + backward, 88 languages present
   (20 rows each, 6 tokens, d = 256): the per-language slice of the W^lang bank;
 * ``clsr_train_step_aux``: ``auxiliary_outputs()`` after a training forward of
@@ -39,9 +40,9 @@ def timed(fn, reps):
     fn()
     times = []
     for _ in range(reps):
-        t = time.perf_counter()
+        t = time.process_time()
         fn()
-        times.append(time.perf_counter() - t)
+        times.append(time.process_time() - t)
     return statistics.median(times), times
 
 

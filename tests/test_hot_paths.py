@@ -163,3 +163,22 @@ def test_separate_decoders_compare_ids_once_per_step_and_translate_as_before(sep
             gen.generate([model], collate(task, indices))
         assert len(calls) <= 9, len(calls)  # 9 decoding steps
         assert_beam_search_mixed_equals_alone(task, model, indices, min_distinct_lengths=1)
+
+
+def test_one_direction_decoding_reorders_one_copy_per_layer(separate, monkeypatch):
+    """fairseq's reorder walks every module (all languages' decoders); the decoder's walk stops at
+    the per-language containers, which reorder the copy that holds rows."""
+    from fairseq.modules import MultiheadAttention
+
+    task, model = separate
+    reorder, calls = MultiheadAttention.reorder_incremental_state, []
+    monkeypatch.setattr(MultiheadAttention, "reorder_incremental_state",
+                        lambda self, *a: calls.append(self) or reorder(self, *a))
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=4, min_len=4)
+    with torch.no_grad():
+        gen.generate([model], collate(task, _one_direction(task)))
+    xx = task.inventory.id("xx")
+    owners = {id(m): lang for layer in model.decoder.layers for lang, copy in enumerate(layer.copies)
+              for m in copy.modules() if isinstance(m, MultiheadAttention)}
+    assert calls and {owners[id(m)] for m in calls} == {xx}
+    assert_beam_search_mixed_equals_alone(task, model, _one_direction(task))

@@ -41,6 +41,7 @@ from ..modules.language_specific_layer import (
     PartialLanguageSpecificDecoderLayer,
     PartialLanguageSpecificEncoderLayer,
     parse_layer_spec,
+    reorder_modules,
 )
 from .langshare_transformer import small_preset, tiny_preset
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
@@ -184,6 +185,11 @@ class LSLDecoder(LanguageAwareDecoder):
         layer = PartialLanguageSpecificDecoderLayer(cfg, self.languages, side, plan.num_langs, plan.component,
                                                     no_encoder_attn=no_encoder_attn)
         return _wrap_like_fairseq(layer, cfg)
+
+    def reorder_incremental_state_scripting(self, incremental_state, new_order):
+        """fairseq walks every module (every language's copy) at every step; the copies' caches
+        are reordered by their containers."""
+        return reorder_modules(self, incremental_state, new_order)
 
 
 @register_model("lsl_transformer")

@@ -45,6 +45,7 @@ from ..modules.language_specific_layer import (
     LanguageSpecificDecoderLayer,
     LanguageSpecificEncoderLayer,
     LanguageSpecificModule,
+    reorder_modules,
 )
 from ..modules.routing import LanguageGroupIds
 from .langshare_transformer import size_preset, small_preset, tiny_preset
@@ -226,6 +227,11 @@ class MultistackDecoder(_GroupedStack, LanguageAwareDecoder):
             return build(cfg, no_encoder_attn)
         copies = [build(cfg, no_encoder_attn) for _ in self.groups.names]
         return LanguageSpecificDecoderLayer(copies, self.group_ids_view(), "tgt")
+
+    def reorder_incremental_state_scripting(self, incremental_state, new_order):
+        """fairseq walks every module (every group's copy) at every step; the copies' caches are
+        reordered by their containers."""
+        return reorder_modules(self, incremental_state, new_order)
 
 
 # --- the model -------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ __all__ = [
     "LayerSpecError", "parse_layer_spec", "format_layer_spec",
     "LanguageSpecificModule", "LanguageSpecificEncoderLayer", "LanguageSpecificDecoderLayer",
     "LanguageSpecificAttention", "PartialLanguageSpecificEncoderLayer",
-    "PartialLanguageSpecificDecoderLayer", "MixedEncoderLayer", "COPIES", "MIX_KINDS",
+    "PartialLanguageSpecificDecoderLayer", "MixedEncoderLayer", "COPIES", "MIX_KINDS", "reorder_modules",
 ]
 
 COPIES = "per_lang"  # the name of the per-language ModuleList in every container (state-dict keys)
@@ -230,6 +230,44 @@ def _same_ids(a: Tensor, b: Tensor) -> bool:
     return a is b or _SAME_IDS.get((a, b), torch.equal, a, b)
 
 
+def reorderable_modules(root: nn.Module) -> List[nn.Module]:
+    """The modules a decoder's ``reorder_incremental_state_scripting`` must call, in fairseq's
+    order, without descending into per-language containers (each reorders its own copies):
+    fairseq walks every module of the decoder at every decoding step, all copies included.
+    Computed once per root (the module tree is fixed after building)."""
+    cached = root.__dict__.get("_reorderable")
+    if cached is not None:
+        return cached
+    found, seen = [], set()
+
+    def walk(module):
+        if id(module) in seen:
+            return
+        seen.add(id(module))
+        if hasattr(module, "reorder_incremental_state"):
+            found.append(module)
+        if isinstance(module, _IncrementalRouting):
+            return
+        for child in module.children():
+            walk(child)
+
+    walk(root)
+    root.__dict__["_reorderable"] = found
+    return found
+
+
+def reorder_modules(root: nn.Module, incremental_state, new_order: Tensor):
+    """fairseq's ``reorder_incremental_state_scripting`` over ``reorderable_modules(root)``."""
+    for module in reorderable_modules(root):
+        if isinstance(module, _IncrementalRouting):
+            result = module.reorder_incremental_state(incremental_state, new_order, walk_copies=True)
+        else:
+            result = module.reorder_incremental_state(incremental_state, new_order)
+        if result is not None:
+            incremental_state = result
+    return incremental_state
+
+
 class _IncrementalRouting(FairseqIncrementalState):
     """Keeps each language copy's incremental state (attention caches holding that language's
     rows only) out of fairseq's batch-level reorder, and reorders it per language.
@@ -272,22 +310,25 @@ class _IncrementalRouting(FairseqIncrementalState):
         self.set_incremental_state(incremental_state, "layout", layout)
         return layout
 
-    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor, walk_copies: bool = False):
+        """``walk_copies``: called by ``reorder_modules``, which does not descend into the copies;
+        fairseq's own walk (every module) reaches the copy of a one-language batch by itself."""
         layout = self.get_incremental_state(incremental_state, "layout")
         if layout is None:
             return incremental_state
         old = layout["lang_ids"]
         new = _reordered(old, new_order)
-        if layout["single"] is None:
+        if layout["single"] is not None:  # the copy holds every row: fairseq's order is its order
+            if walk_copies:
+                reorder_modules(self.copies[layout["single"]], incremental_state, new_order)
+        else:
             for lang in languages_present(old):
                 if self._stash_key(lang) not in incremental_state:
                     continue
                 position = old.eq(lang).long().cumsum(0) - 1  # row -> its row number among `lang`'s rows
                 sub_order = position.index_select(0, new_order.masked_select(new.eq(lang)))
                 self._restore(lang, incremental_state)
-                for module in self.copies[lang].modules():
-                    if isinstance(module, FairseqIncrementalState) and hasattr(module, "reorder_incremental_state"):
-                        module.reorder_incremental_state(incremental_state, sub_order)
+                reorder_modules(self.copies[lang], incremental_state, sub_order)
                 self._stash(lang, incremental_state)
         self.set_incremental_state(incremental_state, "layout", {"lang_ids": new, "single": layout["single"]})
         return incremental_state
