@@ -101,26 +101,33 @@ class ClsrStack:
                         self.cfg.clsr_noise_ramp_updates, owns_projections=own)
 
 
+class ArmingLinear(nn.Linear):
+    """The linear that reads the CLSR gate's input (fc1: the FFN sub-layer input; q_proj: the
+    query): it arms the unit, and at inference computes the gate's first layer in its own matmul."""
+
+    def forward(self, x):
+        return self.__dict__["unit"].arm_linear(self, x)
+
+
+def _arming(linear: nn.Linear, unit: ClsrUnit) -> ArmingLinear:
+    """An ``ArmingLinear`` holding ``linear``'s own parameters (same state-dict keys)."""
+    arming = ArmingLinear(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                          device="meta")
+    arming.weight, arming.bias = linear.weight, linear.bias
+    arming.__dict__["unit"] = unit
+    return arming
+
+
 class ClsrAttention(MultiheadAttention):
-    """fairseq attention whose output projection is a CLSR unit gated by the query."""
+    """fairseq attention whose output projection is a CLSR unit gated by the query (armed by
+    q_proj, which fairseq's attention calls once per forward on the query)."""
 
     def __init__(self, *args, unit_factory, **kwargs):
         super().__init__(*args, **kwargs)
         self.out_proj = unit_factory(self.out_proj)
-        # the fused torch path reads out_proj.weight directly; fairseq's own path calls out_proj
+        self.q_proj = _arming(self.q_proj, self.out_proj)
+        # the fused torch path reads the projections' weights directly; fairseq's own path calls them
         self.skip_embed_dim_check = True
-
-    def forward(self, query, key, value, *args, **kwargs):
-        self.out_proj.arm(query)
-        return super().forward(query, key, value, *args, **kwargs)
-
-
-class ArmingLinear(nn.Linear):
-    """fc1 that hands its input (the FFN sub-layer input) to the CLSR unit on top of fc2."""
-
-    def forward(self, x):
-        self.__dict__["unit"].arm(x)
-        return super().forward(x)
 
 
 class ClsrLayerMixin:
