@@ -179,12 +179,12 @@ class ClsrUnit(nn.Module, ScheduledModule):
         self._call["fold"] = fold
         if fold["in_weight"] is None:  # no gate to compute
             out = F.linear(z, linear.weight, linear.bias)
-            gates = z.new_ones(z.shape[:2] + (1,)) if fold["mode"] == "language" and self.gate is not None else None
+            gates = z.new_ones(z.shape[:2] + (1,)) if fold["w2"] is not None else None  # always open
         else:
             both = F.linear(z, fold["in_weight"], fold["in_bias"])
             n = fold["split"]
             out, hidden = both[..., :n], both[..., n:]
-            logits = F.linear(torch.relu(hidden), self.gate.w2)
+            logits = F.linear(torch.relu(hidden), fold["w2"])
             gates = torch.sigmoid(logits) if fold["mode"] == "soft" else logits >= 0
         if gates is None:
             self._call["gates"] = True  # armed; a fixed gate has nothing to record
@@ -220,19 +220,38 @@ class ClsrUnit(nn.Module, ScheduledModule):
         """The folded inference weights for this call, or None (training, autograd on, or off)."""
         if self.training or not self.fold_inference or torch.is_grad_enabled():
             return None
-        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in self._fold_sources(linear))
         cached = self._call["folded"]
-        if cached is None or cached["key"] != key:
-            cached = self._call["folded"] = self._build_fold(linear, key)
+        if cached is not None:
+            for p, version in zip(cached["sources"], cached["versions"]):
+                if p._version != version:  # changed in place (an optimizer step, a load)
+                    break
+            else:
+                return cached
+        sources = self._fold_sources(linear)
+        cached = self._call["folded"] = self._build_fold(linear, None)
+        cached.update(sources=sources, versions=[p._version for p in sources])
         return cached
 
-    def _build_fold(self, linear: nn.Linear, key):
+    def _drop_folds(self):
+        self._call["folded"] = None
+
+    def train(self, mode: bool = True):
+        self._drop_folds()
+        return super().train(mode)
+
+    def _apply(self, fn, *args, **kwargs):  # .to(), .half(): parameters may get new storage
+        self._drop_folds()
+        return super()._apply(fn, *args, **kwargs)
+
+    def _build_fold(self, linear: nn.Linear, key=None):
         modules = self._modules
         gate, shared, pre = modules.get("gate"), modules["shared"], modules.get("pre")
         mode = self.mode
         if mode == "learned" and bool((gate.w2 >= 0).all()):
             mode = "language"  # G = ReLU(.) w2 >= 0 for every input: the gate is always open
-        fold = {"key": key, "mode": mode, "in_weight": None, "cats": {}}
+        fold = {"mode": mode, "in_weight": None, "cats": {}, "shared": shared, "d": shared.out_features,
+                "shared_w": shared.weight, "shared_b": shared.bias, "w2": None if gate is None else gate.w2,
+                "pre": None if pre is None else (pre.weight, pre.bias)}
         if mode in ("learned", "soft"):
             bias = linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
             fold.update(in_weight=torch.cat([linear.weight, gate.w1]), in_bias=torch.cat([bias, gate.b]),
@@ -248,26 +267,24 @@ class ClsrUnit(nn.Module, ScheduledModule):
         """[W^shared; W^lang^T] of one language (2d x d), built on first use."""
         cats = fold["cats"]
         if lang not in cats:
-            cats[lang] = torch.cat([self._modules["shared"].weight, self.projections.weight[lang].t()])
+            cats[lang] = torch.cat([fold["shared"].weight, self.projections.weight[lang].t()])
         return cats[lang]
 
     def _folded_forward(self, h: Tensor, gates, fold) -> Tensor:
-        modules = self._modules
         mode = fold["mode"]
         if mode == "shared" and "shared_weight" in fold:
             return F.linear(h, fold["shared_weight"], fold["shared_bias"])
-        pre = modules["pre"] if "pre" in modules else None
+        pre = fold["pre"]
         if pre is not None:
-            h = pre(h)
-        shared = modules["shared"]
+            h = F.linear(h, *pre)
         if mode == "shared":
-            return F.linear(h, shared.weight, shared.bias)
+            return F.linear(h, fold["shared_w"], fold["shared_b"])
         lang_ids = self.languages.get(self.side)
         if mode == "language":
             return self.projections(h, lang_ids)
         bias = fold["cat_bias"]
         both = route_by_language(h, lang_ids, lambda lang, rows, _: F.linear(rows, self._cat(fold, lang), bias))
-        d = shared.out_features
+        d = fold["d"]
         shared_out, lang_out = both[..., :d], both[..., d:]
         if mode == "soft":
             return gates * lang_out + (1 - gates) * shared_out
