@@ -29,7 +29,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from omegaconf import OmegaConf, open_dict
 
 from ..modules.latent_layers import KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_table
-from ..modules.row_subsets import SubsetCaches, put_rows, rows_of, take_rows
+from ..modules.row_subsets import SubsetCaches, cached_kv, put_rows, rows_of, stand_in, take_rows
 from .langshare_transformer import size_preset
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
 
@@ -261,8 +261,11 @@ class LatentDecoderLayer(LatentLayerMixin, TransformerDecoderLayerBase):
         args = (prev_self_attn_state, prev_attn_state, self_attn_mask)
 
         def on_rows(rows):
-            y, attn, state = parent(take_rows(x, rows, 1), take_rows(encoder_out, rows, 1),
-                                    take_rows(encoder_padding_mask, rows, 0), incremental_state, *args,
+            if cached_kv(self.encoder_attn, incremental_state):  # keys/values of the encoder cached
+                enc, enc_mask = stand_in(encoder_out, rows.numel()), None
+            else:
+                enc, enc_mask = take_rows(encoder_out, rows, 1), take_rows(encoder_padding_mask, rows, 0)
+            y, attn, state = parent(take_rows(x, rows, 1), enc, enc_mask, incremental_state, *args,
                                     take_rows(self_attn_padding_mask, rows, 0), need_attn, need_head_weights)
             attn = _put_attention(attn, rows, x.size(1), 1 if need_head_weights else 0)
             return put_rows(x, rows, y, 1), attn, state

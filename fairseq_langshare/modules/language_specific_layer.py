@@ -26,6 +26,8 @@ from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
 from .routing import LanguageIds, LastResult, languages_present, route_by_language
+from .row_subsets import cached_kv as _cached_kv
+from .row_subsets import stand_in as _stand_in
 
 __all__ = [
     "LayerSpecError", "parse_layer_spec", "format_layer_spec",
@@ -363,11 +365,15 @@ class LanguageSpecificDecoderLayer(_LanguageCopies, _IncrementalRouting):
 
         def run(lang, rows):
             whole = rows.numel() == B
+            copy = self.copies[lang]
             if incremental_state is not None:
                 self._restore(lang, incremental_state)
-            y, attn, _ = self.copies[lang](
-                _take(x, rows, 1, whole), _take(encoder_out, rows, 1, whole),
-                _take(encoder_padding_mask, rows, 0, whole), incremental_state,
+            if not whole and _cached_kv(getattr(copy, "encoder_attn", None), incremental_state):
+                enc, enc_mask = _stand_in(encoder_out, rows.numel()), None  # the cached mask is used
+            else:
+                enc, enc_mask = _take(encoder_out, rows, 1, whole), _take(encoder_padding_mask, rows, 0, whole)
+            y, attn, _ = copy(
+                _take(x, rows, 1, whole), enc, enc_mask, incremental_state,
                 self_attn_mask=self_attn_mask, self_attn_padding_mask=_take(self_attn_padding_mask, rows, 0, whole),
                 need_attn=need_attn, need_head_weights=need_head_weights,
             )
@@ -415,11 +421,18 @@ class LanguageSpecificAttention(_LanguageCopies, _IncrementalRouting):
 
         def run(lang, rows):
             whole = rows.numel() == B
+            copy = self.copies[lang]
             if incremental_state is not None:
                 self._restore(lang, incremental_state)
-            y, attn = self.copies[lang](
-                query=_take(query, rows, 1, whole), key=_take(key, rows, 1, whole), value=_take(value, rows, 1, whole),
-                key_padding_mask=_take(key_padding_mask, rows, 0, whole), incremental_state=incremental_state,
+            if static_kv and not whole and _cached_kv(copy, incremental_state):
+                k = v = _stand_in(key, rows.numel())
+                kpm = None  # the cached keys' padding mask is used
+            else:
+                k, v = _take(key, rows, 1, whole), _take(value, rows, 1, whole)
+                kpm = _take(key_padding_mask, rows, 0, whole)
+            y, attn = copy(
+                query=_take(query, rows, 1, whole), key=k, value=v,
+                key_padding_mask=kpm, incremental_state=incremental_state,
                 need_weights=need_weights, static_kv=static_kv, attn_mask=attn_mask, need_head_weights=need_head_weights,
             )
             if incremental_state is not None:

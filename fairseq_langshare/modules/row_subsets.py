@@ -21,7 +21,7 @@ import torch
 from fairseq.incremental_decoding_utils import FairseqIncrementalState
 from torch import Tensor, nn
 
-__all__ = ["rows_of", "take_rows", "put_rows", "SubsetCaches"]
+__all__ = ["rows_of", "take_rows", "put_rows", "cached_kv", "stand_in", "SubsetCaches"]
 
 
 def rows_of(mask: Tensor) -> Tensor:
@@ -36,6 +36,20 @@ def take_rows(t: Optional[Tensor], rows: Tensor, dim: int) -> Optional[Tensor]:
 def put_rows(full: Tensor, rows: Tensor, part: Tensor, dim: int) -> Tensor:
     """``full`` with ``part`` written at ``rows`` of ``dim``; out of place (autograd-safe)."""
     return full.index_copy(dim, rows, part.to(full.dtype))
+
+
+def cached_kv(attention: Optional[nn.Module], incremental_state) -> bool:
+    """Whether ``attention`` (encoder-decoder attention) holds the encoder's keys and values for
+    this decoding: it then reads neither the encoder output nor its padding mask again."""
+    if attention is None or incremental_state is None or not hasattr(attention, "_get_input_buffer"):
+        return False
+    return "prev_key" in (attention._get_input_buffer(incremental_state) or {})
+
+
+def stand_in(encoder_out: Optional[Tensor], rows: int) -> Optional[Tensor]:
+    """A view with the shape of ``rows`` rows of the encoder output, for attention whose keys and
+    values are cached (fairseq checks the shape only): no gather at every decoding step."""
+    return None if encoder_out is None else encoder_out.narrow(1, 0, 1).expand(-1, rows, -1)
 
 
 class SubsetCaches:
