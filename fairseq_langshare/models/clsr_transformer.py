@@ -25,6 +25,7 @@ from torch import nn
 
 from ..modules.auxiliary import AuxiliaryReporter
 from ..modules.clsr import ClsrUnit, LanguageProjections
+from ..modules.language_specific_layer import reorder_modules
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
 from .langshare_transformer import small_preset, tiny_preset
 
@@ -235,6 +236,10 @@ class ClsrDecoder(LanguageAwareDecoder):
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         self.clsr_stack.languages = self.languages
         return ClsrDecoderLayer(cfg, self.clsr_stack, no_encoder_attn)
+
+    def reorder_incremental_state_scripting(self, incremental_state, new_order):
+        """fairseq's walk over every module at every decoding step, over a list made once."""
+        return reorder_modules(self, incremental_state, new_order)
 
 
 @register_model("clsr_transformer")
