@@ -34,8 +34,12 @@ LSL = ["--arch", "lsl_transformer_small", "--share-all-embeddings", "--dropout",
 SMALL_6 = [*SMALL, "--encoder-layers", "6"]  # lsl_transformer_small's depth: 6 encoder / 2 decoder layers
 TEN_LANGS = ["fr", "de", "es", "nb", "sr", "nn", "th", "ug", "nso", "tg"]
 ABSENT = [f"zz{i:02d}" for i in range(98)]  # inventory entries with no data
-INVENTORY = {"langs": ["en", "fr"], "lang_pairs": ["en-fr"], "b_langs": ["en", "fr", *ABSENT]}
-FAMILY_MAP = ",".join(["en=Germanic", "fr=Romance", *[f"{c}=Absent" for c in ABSENT]])
+FAMILY_MAP = ",".join(["en=Germanic", "fr=Romance", *[f"{c}=Absent" for c in ABSENT]])  # covers every size
+
+
+def inventory(size):
+    """Settings of an inventory-scaling comparison: en-fr data, B's --langs has ``size`` languages."""
+    return {"langs": ["en", "fr"], "lang_pairs": ["en-fr"], "b_langs": ["en", "fr", *ABSENT[:size - 2]]}
 
 COMPARISONS = [
     # (name, B label, B[, A]); A is langshare_transformer_small unless given
@@ -88,14 +92,14 @@ COMPARISONS = [
     ("lsl-one-direction", f"lsl_transformer_small {LSL_SPEC}, decoding en-fr", LSL, SMALL_6, EN_FR),
     ("lsl-train-10-langs", f"lsl_transformer_small {LSL_SPEC}, 10 target languages in every batch", LSL, SMALL_6,
      {"corpus_langs": TEN_LANGS}),
-    # inventory scaling: the same model on the same en-fr data, --langs of 2 (A) and 100 (B) languages
-    *[(f"{name}-inventory-2-vs-100", f"{label} with 100 languages in --langs (98 absent from the data)",
-       flags, flags, dict(INVENTORY, **extra)) for name, label, flags, extra in (
-        ("lsl", f"lsl_transformer_small {LSL_SPEC}", LSL, {}),
-        ("clsr", "clsr_transformer_small (p = 0.3)", CLSR, {}),
-        ("latent-depth", "latent_depth_transformer_small (top 3 of 6 decoder layers)", [*LATENT, "--latent-keep", "top-k"], {}),
+    # inventory scaling: the same model on the same en-fr data, --langs of 2 (A) and 10 or 100 (B) languages
+    *[(f"{name}-inventory-2-vs-{size}", f"{label} with {size} languages in --langs ({size - 2} absent from the data)",
+       flags, flags, inventory(size)) for size in (100, 10) for name, label, flags in (
+        ("lsl", f"lsl_transformer_small {LSL_SPEC}", LSL),
+        ("clsr", "clsr_transformer_small (p = 0.3)", CLSR),
+        ("latent-depth", "latent_depth_transformer_small (top 3 of 6 decoder layers)", [*LATENT, "--latent-keep", "top-k"]),
         ("multidecoder", "langshare_multistack_transformer_small --multi-decoder tgt-family",
-         [*MULTIDECODER, "--language-family-map", FAMILY_MAP], {}),
+         [*MULTIDECODER, "--language-family-map", FAMILY_MAP]),
     )],
 ]
 
@@ -113,8 +117,8 @@ def main(argv=None) -> int:
     for c in COMPARISONS:
         name, b_label, b = c[:3]
         a = c[3] if len(c) > 3 else SMALL
-        if name.endswith("inventory-2-vs-100"):
-            a_label = b_label.split(" with 100 languages")[0] + " with 2 languages in --langs"
+        if "-inventory-2-vs-" in name:
+            a_label = b_label.split(" with ")[0] + " with 2 languages in --langs"
         else:
             a_label = _a_label(a) or "langshare_transformer_small (same active size, pre-norm)"
         comparisons.append((name, a_label, a, b_label, b, *c[4:]))
