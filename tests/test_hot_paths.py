@@ -182,3 +182,20 @@ def test_one_direction_decoding_reorders_one_copy_per_layer(separate, monkeypatc
               for m in copy.modules() if isinstance(m, MultiheadAttention)}
     assert calls and {owners[id(m)] for m in calls} == {xx}
     assert_beam_search_mixed_equals_alone(task, model, _one_direction(task))
+
+
+def test_train_mode_reaches_every_copy_without_walking_copies_already_in_it():
+    ids = LanguageIds()
+    module = LanguageSpecificModule([torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+                                     for _ in range(4)], ids, "tgt")
+    module.eval()
+    assert not any(m.training for m in module.modules())
+    module.train()
+    assert all(m.training for m in module.modules())
+    calls = []
+    for copy in module.copies:
+        copy.train = lambda mode=True, copy=copy: calls.append(copy) or torch.nn.Module.train(copy, mode)
+    module.train()
+    assert calls == []  # already training: not walked
+    module.eval()
+    assert len(calls) == 4 and not any(m.training for m in module.modules() if not isinstance(m, type(module)))

@@ -195,6 +195,21 @@ class _LanguageCopies(nn.Module):
     def extra_repr(self) -> str:
         return f"side={self.side}, languages={self.num_langs}"
 
+    def train(self, mode: bool = True):
+        """fairseq's trainer calls ``model.train()`` at every update: with a large inventory the
+        recursion through every language's copy costs more than the copies a batch runs. A copy
+        already in ``mode`` (its own flag) is not walked again."""
+        self.training = mode
+        for name, child in self._modules.items():
+            if name == COPIES:
+                for copy in child:
+                    if copy.training != mode:
+                        copy.train(mode)
+                child.training = mode
+            elif child is not None:
+                child.train(mode)
+        return self
+
     def upgrade_state_dict_named(self, state_dict, name):
         for lang, copy in enumerate(self.copies):
             if hasattr(copy, "upgrade_state_dict_named"):
