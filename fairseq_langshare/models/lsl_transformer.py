@@ -42,6 +42,7 @@ from ..modules.language_specific_layer import (
     PartialLanguageSpecificEncoderLayer,
     parse_layer_spec,
     reorder_modules,
+    set_num_updates_once,
 )
 from .langshare_transformer import small_preset, tiny_preset
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
@@ -197,6 +198,9 @@ class LSLTransformerModel(LanguageAwareTransformerModel):
     config_class = LSLTransformerConfig
     encoder_class = LSLEncoder
     decoder_class = LSLDecoder
+
+    def set_num_updates(self, num_updates):
+        set_num_updates_once(self, num_updates)
 
     @classmethod
     def build_model(cls, args, task):

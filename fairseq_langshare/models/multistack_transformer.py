@@ -46,6 +46,7 @@ from ..modules.language_specific_layer import (
     LanguageSpecificEncoderLayer,
     LanguageSpecificModule,
     reorder_modules,
+    set_num_updates_once,
 )
 from ..modules.routing import LanguageGroupIds
 from .langshare_transformer import size_preset, small_preset, tiny_preset
@@ -241,6 +242,9 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
     config_class = MultistackTransformerConfig
     encoder_class = MultistackEncoder
     decoder_class = MultistackDecoder
+
+    def set_num_updates(self, num_updates):
+        set_num_updates_once(self, num_updates)
 
     @classmethod
     def build_model(cls, args, task):

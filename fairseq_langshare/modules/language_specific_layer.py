@@ -34,6 +34,7 @@ __all__ = [
     "LanguageSpecificModule", "LanguageSpecificEncoderLayer", "LanguageSpecificDecoderLayer",
     "LanguageSpecificAttention", "PartialLanguageSpecificEncoderLayer",
     "PartialLanguageSpecificDecoderLayer", "MixedEncoderLayer", "COPIES", "MIX_KINDS", "reorder_modules",
+    "set_num_updates_once",
 ]
 
 COPIES = "per_lang"  # the name of the per-language ModuleList in every container (state-dict keys)
@@ -283,6 +284,22 @@ def reorder_modules(root: nn.Module, incremental_state, new_order: Tensor):
         if result is not None:
             incremental_state = result
     return incremental_state
+
+
+def set_num_updates_once(root: nn.Module, num_updates: int) -> None:
+    """fairseq's ``set_num_updates`` walks every module of the model at every update, and the
+    encoder's walks its modules again: with one copy of a layer per language, the walk costs
+    more than a small model's step. The same calls over a list of the modules that define it,
+    made once (the encoder's own method only walks, so it is left out)."""
+    from fairseq.models import FairseqEncoder
+
+    found = root.__dict__.get("_scheduled")
+    if found is None:
+        found = [m for m in root.modules() if m is not root and hasattr(m, "set_num_updates")
+                 and type(m).set_num_updates is not FairseqEncoder.set_num_updates]
+        root.__dict__["_scheduled"] = found
+    for module in found:
+        module.set_num_updates(num_updates)
 
 
 class _IncrementalRouting(FairseqIncrementalState):
