@@ -71,11 +71,14 @@ class Settings:
     threads: int = 1
     seed: int = 1
     memory_reps: int = 2                # fresh-process peak-RSS probes per config and phase; 0: skip
+    b_langs: Optional[List[str]] = None  # B's inventory: A's languages first, in order, then more (absent from the data)
+    b_init: Optional[str] = None        # name in benchmarks.model_inits.INITS: sets B's weights after building
 
-    def argv(self, config: Sequence[str], save_dir: str) -> List[str]:
-        """The full fairseq-train argument list of one configuration."""
+    def argv(self, config: Sequence[str], save_dir: str, langs: Optional[Sequence[str]] = None) -> List[str]:
+        """The full fairseq-train argument list of one configuration (``langs``: its inventory,
+        default ``self.langs``)."""
         return [self.data, "--task", "multilingual_langshare", "--user-dir", PKG_DIR,
-                "--langs", ",".join(self.langs), "--lang-pairs", ",".join(self.lang_pairs),
+                "--langs", ",".join(langs or self.langs), "--lang-pairs", ",".join(self.lang_pairs),
                 *self.task_args, *self.train_args, "--max-tokens", str(self.max_tokens),
                 "--seed", str(self.seed), "--cpu", "--save-dir", save_dir, *config]
 
@@ -89,13 +92,20 @@ def parse_args(argv):
     return options.parse_args_and_arch(options.get_training_parser(), list(argv))
 
 
-def check_same_task(args_a, args_b):
-    """Both configurations must describe the same task: it is set up once, from A."""
+def check_same_task(args_a, args_b, larger_inventory=False):
+    """Both configurations must describe the same task: it is set up once, from A. With
+    ``larger_inventory``, B's ``--langs`` may extend A's (A's languages first, in order): the
+    language ids and language tokens of A's batches mean the same in B."""
     from fairseq.tasks import TASK_DATACLASS_REGISTRY
 
     if args_a.task != args_b.task:
         raise ValueError(f"configurations use different tasks ({args_a.task} vs {args_b.task})")
     names = [f.name for f in dataclasses.fields(TASK_DATACLASS_REGISTRY[args_a.task])]
+    if larger_inventory:
+        langs_a, langs_b = list(args_a.langs), list(args_b.langs)
+        if langs_b[:len(langs_a)] != langs_a:
+            raise ValueError(f"B's --langs must start with A's ({','.join(langs_a)}) in the same order")
+        names = [n for n in names if n != "langs"]
     for name in names + ["max_tokens", "required_batch_size_multiple"]:
         if getattr(args_a, name, None) != getattr(args_b, name, None):
             raise ValueError(f"configuration B changes the task/data option --{name.replace('_', '-')} "
@@ -264,20 +274,28 @@ class Benchmark:
         from fairseq import tasks
 
         settings = self.settings
-        self.argv = {"A": settings.argv(settings.a, self.save_dir), "B": settings.argv(settings.b, self.save_dir)}
+        self.argv = {"A": settings.argv(settings.a, self.save_dir),
+                     "B": settings.argv(settings.b, self.save_dir, settings.b_langs)}
         self.args = {k: parse_args(v) for k, v in self.argv.items()}
-        check_same_task(self.args["A"], self.args["B"])
+        check_same_task(self.args["A"], self.args["B"], larger_inventory=settings.b_langs is not None)
         self.task = tasks.setup_task(self.args["A"])
+        # B's own task when its inventory is larger (its model, generator and trainer use it);
+        # the batches are A's, valid for B (A's ids and language tokens are a prefix of B's)
+        self.tasks = {"A": self.task, "B": tasks.setup_task(self.args["B"]) if settings.b_langs else self.task}
         self.models, self.trainers, self.generators = {}, {}, {}
         for key in CONFIGS:
-            model, criterion = build_model(self.task, self.args[key], settings.seed)
+            model, criterion = build_model(self.tasks[key], self.args[key], settings.seed)
+            if key == "B" and settings.b_init:
+                from .model_inits import INITS
+
+                INITS[settings.b_init](model, self.tasks[key])
             self.models[key] = model
-            self.trainers[key] = build_trainer(self.args[key], self.task, model, criterion)
+            self.trainers[key] = build_trainer(self.args[key], self.tasks[key], model, criterion)
         self.train_batches = fixed_train_batches(self.task, settings, self.args["A"], list(self.models.values()))
         self.single, self.batched, self.ref_lengths, self.src_lengths = fixed_decode_sentences(self.task, settings)
         self.decode_len = resolve_decode_len(settings.decode_len, self.ref_lengths)
         for key in CONFIGS:
-            self.generators[key] = build_generator(self.task, self.models[key], settings.beam, self.decode_len)
+            self.generators[key] = build_generator(self.tasks[key], self.models[key], settings.beam, self.decode_len)
 
     def close(self):
         torch.set_num_threads(self._threads_before)
@@ -299,7 +317,7 @@ class Benchmark:
         for metric, batches in (("decode_single_tokens_per_s", self.single),
                                 ("decode_batched_tokens_per_s", self.batched)):
             wall, cpu, generated = interleaved(
-                batches, lambda k, b: decode_batch(self.task, self.generators[k], self.models[k], b))
+                batches, lambda k, b: decode_batch(self.tasks[k], self.generators[k], self.models[k], b))
             if record:
                 for key in CONFIGS:
                     samples[metric][key].append(sum(generated[key]) / wall[key])

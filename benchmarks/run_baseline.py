@@ -38,18 +38,21 @@ COMPARISONS = [
 ]
 
 
-def corpus_dir():
-    """Build (or reuse) the benchmark corpus; return its directory."""
+def corpus_dir(langs=None):
+    """Build (or reuse) the benchmark corpus (``langs``: another set of target languages, same
+    settings); return its directory."""
     from fairseq_langshare.data.gettext_corpus import prepare_gettext
 
-    out = os.path.join(CACHE, "gettext-" + "-".join(CORPUS_LANGS))
-    prepare_gettext(out, **CORPUS)
+    langs = list(langs or CORPUS_LANGS)
+    out = os.path.join(CACHE, "gettext-" + "-".join(langs))
+    prepare_gettext(out, **dict(CORPUS, langs=langs))
     return out
 
 
 def run_comparisons(argv, prog, description, comparisons) -> int:
     """Parse the measurement flags and run ``comparisons`` [(name, A label, A, B label, B[, settings])];
-    the optional dict sets ``Settings`` fields of that comparison."""
+    the optional dict sets ``Settings`` fields of that comparison, and ``corpus_langs`` runs it on
+    the gettext corpus of those target languages instead."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--only", choices=[c[0] for c in comparisons], help="run one comparison only")
@@ -59,12 +62,13 @@ def run_comparisons(argv, prog, description, comparisons) -> int:
     from .report import markdown
     from .run import read_corpus
 
-    data, langs, pairs = read_corpus(corpus_dir())
     for name, a_label, a, b_label, b, *overrides in comparisons:
         if args.only and name != args.only:
             continue
+        overrides = dict(overrides[0]) if overrides else {}
+        data, langs, pairs = read_corpus(corpus_dir(overrides.pop("corpus_langs", None)))
         settings = settings_from_args(args, name, data, langs, pairs, a, b, a_label, b_label)
-        settings = dataclasses.replace(settings, **(overrides[0] if overrides else {}))
+        settings = dataclasses.replace(settings, **overrides)
         result = run_comparison(settings, out_json=os.path.join(args.results_dir, f"{name}.json"),
                                 markdown=None if args.no_append else args.doc)
         sys.stdout.write("\n" + markdown(result))

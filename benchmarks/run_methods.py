@@ -3,7 +3,12 @@ the benchmark corpus of ``run_baseline`` (``benchmarks/.cache/``).
 
     python -m benchmarks.run_methods [--only clsr-vs-baseline] [--reps N --warmup N ...]
 
-Targets from the issues: CLSR training step time ratio <= 1.35 (i.e. updates/s ratio >= 0.74)
+Targets from the issues: issue 18 (ratios of B's speed to A's): LSL decoding >= 0.97 (one
+direction and mixed), training >= 0.90 with 10 languages; multi-decoder decoding >= 0.97 one
+direction, >= 0.90 mixed; latent depth >= 0.90 of a static model of the same depth with target
+languages mixed; CLSR decoding >= 0.90 at batch 1 and 64, training step time <= 1.15x; every
+method's ``*-inventory-2-vs-100`` (same data, 2 or 100 languages in --langs) within 1.10. Older:
+CLSR training step time ratio <= 1.35 (i.e. updates/s ratio >= 0.74)
 and decoding tokens/s ratio >= 0.80; latent depth's pruned inference >= 0.95 of a static model with
 as many layers; adaptive sparse's exported sub-networks >= 0.95 (FFN/layer) and > 1.0 (heads). The papers' baselines (issue 8: language adapters, one
 decoder per target family) have no target: their decoding cost is measured, as the papers report it.
@@ -16,6 +21,25 @@ from .run_baseline import SMALL, run_comparisons
 SPARSE_BASE = ["--share-all-embeddings", "--dropout", "0.1", "--encoder-embed-dim", "128", "--decoder-embed-dim", "128",
                "--encoder-normalize-before", "--decoder-normalize-before"]
 SPARSE_BASELINE = [*SMALL, "--encoder-normalize-before", "--decoder-normalize-before"]
+
+EN_FR = {"decode_direction": "en-fr"}
+CLSR = ["--arch", "clsr_transformer_small", "--share-all-embeddings", "--dropout", "0.1",
+        "--clsr-encoder-lang", "tgt", "--clsr-budget", "0.3", "--clsr-noise-ramp-updates", "1000"]
+MULTIDECODER = ["--arch", "langshare_multistack_transformer_small", "--share-all-embeddings", "--dropout", "0.1",
+                "--multi-decoder", "tgt-family"]
+LATENT = ["--arch", "latent_depth_transformer_small", "--share-all-embeddings", "--dropout", "0.1",
+          "--latent-decoder-target-depth", "3", "--latent-tau-anneal-updates", "1000"]
+LSL_SPEC = "SRC={2,3} & TGT={5,6}"
+LSL = ["--arch", "lsl_transformer_small", "--share-all-embeddings", "--dropout", "0.1", "--lsl-encoder-layers", LSL_SPEC]
+SMALL_6 = [*SMALL, "--encoder-layers", "6"]  # lsl_transformer_small's depth: 6 encoder / 2 decoder layers
+TEN_LANGS = ["fr", "de", "es", "nb", "sr", "nn", "th", "ug", "nso", "tg"]
+ABSENT = [f"zz{i:02d}" for i in range(98)]  # inventory entries with no data
+FAMILY_MAP = ",".join(["en=Germanic", "fr=Romance", *[f"{c}=Absent" for c in ABSENT]])  # covers every size
+
+
+def inventory(size):
+    """Settings of an inventory-scaling comparison: en-fr data, B's --langs has ``size`` languages."""
+    return {"langs": ["en", "fr"], "lang_pairs": ["en-fr"], "b_langs": ["en", "fr", *ABSENT[:size - 2]]}
 
 COMPARISONS = [
     # (name, B label, B[, A]); A is langshare_transformer_small unless given
@@ -54,12 +78,50 @@ COMPARISONS = [
     ("multidecoder-vs-baseline", "langshare_multistack_transformer_small --multi-decoder tgt-family",
      ["--arch", "langshare_multistack_transformer_small", "--share-all-embeddings", "--dropout", "0.1",
       "--multi-decoder", "tgt-family"]),
+    # issue 18: one direction / mixed target languages / 10 languages / inventory scaling
+    ("multidecoder-one-direction", "langshare_multistack_transformer_small --multi-decoder tgt-family, decoding en-fr",
+     MULTIDECODER, SMALL, EN_FR),
+    ("clsr-one-direction", "clsr_transformer_small (p = 0.3), decoding en-fr", CLSR, SMALL, EN_FR),
+    ("latent-depth-pruned-vs-static-mixed",
+     "latent_depth_transformer_small: 2 + 6 latent decoder layers, each target language its own top 3 "
+     "(4 target languages mixed in every decoding batch)",
+     [*LATENT, "--latent-keep", "top-k"], [*SPARSE_BASELINE, "--decoder-layers", "3"],
+     {"b_init": "latent-distinct-plans"}),
+    ("lsl-vs-baseline", f"lsl_transformer_small {LSL_SPEC} (decoding mixes the 4 target languages)",
+     LSL, SMALL_6),
+    ("lsl-one-direction", f"lsl_transformer_small {LSL_SPEC}, decoding en-fr", LSL, SMALL_6, EN_FR),
+    ("lsl-train-10-langs", f"lsl_transformer_small {LSL_SPEC}, 10 target languages in every batch", LSL, SMALL_6,
+     {"corpus_langs": TEN_LANGS}),
+    # inventory scaling: the same model on the same en-fr data, --langs of 2 (A) and 10 or 100 (B) languages
+    *[(f"{name}-inventory-2-vs-{size}", f"{label} with {size} languages in --langs ({size - 2} absent from the data)",
+       flags, flags, inventory(size)) for size in (100, 10) for name, label, flags in (
+        ("lsl", f"lsl_transformer_small {LSL_SPEC}", LSL),
+        ("clsr", "clsr_transformer_small (p = 0.3)", CLSR),
+        ("latent-depth", "latent_depth_transformer_small (top 3 of 6 decoder layers)", [*LATENT, "--latent-keep", "top-k"]),
+        ("multidecoder", "langshare_multistack_transformer_small --multi-decoder tgt-family",
+         [*MULTIDECODER, "--language-family-map", FAMILY_MAP]),
+    )],
 ]
 
 
+def _a_label(a):
+    if a is SMALL:
+        return "langshare_transformer_small"
+    if a is SMALL_6:
+        return "langshare_transformer_small, 6 encoder layers"
+    return None
+
+
 def main(argv=None) -> int:
-    comparisons = [(c[0], "langshare_transformer_small" + (" (same active size, pre-norm)" if len(c) > 3 else ""),
-                    c[3] if len(c) > 3 else SMALL, c[1], c[2], *c[4:]) for c in COMPARISONS]
+    comparisons = []
+    for c in COMPARISONS:
+        name, b_label, b = c[:3]
+        a = c[3] if len(c) > 3 else SMALL
+        if "-inventory-2-vs-" in name:
+            a_label = b_label.split(" with ")[0] + " with 2 languages in --langs"
+        else:
+            a_label = _a_label(a) or "langshare_transformer_small (same active size, pre-norm)"
+        comparisons.append((name, a_label, a, b_label, b, *c[4:]))
     return run_comparisons(argv, "python -m benchmarks.run_methods", __doc__.split("\n\n")[0], comparisons)
 
 

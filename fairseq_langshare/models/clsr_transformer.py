@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+import torch
 from fairseq.dataclass import ChoiceEnum
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig
@@ -24,6 +25,7 @@ from torch import nn
 
 from ..modules.auxiliary import AuxiliaryReporter
 from ..modules.clsr import ClsrUnit, LanguageProjections
+from ..modules.language_specific_layer import reorder_modules
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
 from .langshare_transformer import small_preset, tiny_preset
 
@@ -100,26 +102,33 @@ class ClsrStack:
                         self.cfg.clsr_noise_ramp_updates, owns_projections=own)
 
 
+class ArmingLinear(nn.Linear):
+    """The linear that reads the CLSR gate's input (fc1: the FFN sub-layer input; q_proj: the
+    query): it arms the unit, and at inference computes the gate's first layer in its own matmul."""
+
+    def forward(self, x):
+        return self.__dict__["unit"].arm_linear(self, x)
+
+
+def _arming(linear: nn.Linear, unit: ClsrUnit) -> ArmingLinear:
+    """An ``ArmingLinear`` holding ``linear``'s own parameters (same state-dict keys)."""
+    arming = ArmingLinear(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                          device="meta")
+    arming.weight, arming.bias = linear.weight, linear.bias
+    arming.__dict__["unit"] = unit
+    return arming
+
+
 class ClsrAttention(MultiheadAttention):
-    """fairseq attention whose output projection is a CLSR unit gated by the query."""
+    """fairseq attention whose output projection is a CLSR unit gated by the query (armed by
+    q_proj, which fairseq's attention calls once per forward on the query)."""
 
     def __init__(self, *args, unit_factory, **kwargs):
         super().__init__(*args, **kwargs)
         self.out_proj = unit_factory(self.out_proj)
-        # the fused torch path reads out_proj.weight directly; fairseq's own path calls out_proj
+        self.q_proj = _arming(self.q_proj, self.out_proj)
+        # the fused torch path reads the projections' weights directly; fairseq's own path calls them
         self.skip_embed_dim_check = True
-
-    def forward(self, query, key, value, *args, **kwargs):
-        self.out_proj.arm(query)
-        return super().forward(query, key, value, *args, **kwargs)
-
-
-class ArmingLinear(nn.Linear):
-    """fc1 that hands its input (the FFN sub-layer input) to the CLSR unit on top of fc2."""
-
-    def forward(self, x):
-        self.__dict__["unit"].arm(x)
-        return super().forward(x)
 
 
 class ClsrLayerMixin:
@@ -228,6 +237,10 @@ class ClsrDecoder(LanguageAwareDecoder):
         self.clsr_stack.languages = self.languages
         return ClsrDecoderLayer(cfg, self.clsr_stack, no_encoder_attn)
 
+    def reorder_incremental_state_scripting(self, incremental_state, new_order):
+        """fairseq's walk over every module at every decoding step, over a list made once."""
+        return reorder_modules(self, incremental_state, new_order)
+
 
 @register_model("clsr_transformer")
 class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
@@ -270,19 +283,25 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         summed in fp32. A training loss only (as the authors): in eval mode (validation) it is
         logged with weight 0."""
         cfg = self.cfg
-        learned = [u for u in self.clsr_units() if u.mode in ("learned", "soft") and u.last_gate_sum is not None]
+        learned = [u for u in self.clsr_units() if u.mode in ("learned", "soft") and u._call["last"] is not None]
         if learned:
-            total = sum(u.last_gate_sum for u in learned)
-            count = sum(u.last_token_count for u in learned)
-            ratio = total / max(count, 1)
+            # each unit's sum and count once, kept on the device: no sync here (logging converts)
+            sums = {u.name: u.last_gate_sum for u in learned}
+            counts = {u.name: u.last_token_count for u in learned}
+
+            def ratio(names):
+                count = sum(counts[n] for n in names)
+                count = count.clamp(min=1) if torch.is_tensor(count) else max(count, 1)
+                return sum(sums[n] for n in names) / count
+
+            total = ratio(list(sums))
             weight = cfg.clsr_budget_weight if self.training else 0.0
-            self.report_loss("budget", (ratio - cfg.clsr_budget).abs(), weight)
-            self.report_stat("gate_open", ratio)
+            self.report_loss("budget", (total - cfg.clsr_budget).abs(), weight)
+            self.report_stat("gate_open", total)
             for stack in ("enc", "dec"):
-                part = [u for u in learned if u.name.startswith(stack)]
+                part = [n for n in sums if n.startswith(stack)]
                 if part:
-                    n = max(sum(u.last_token_count for u in part), 1)
-                    self.report_stat(f"gate_open_{stack}", sum(u.last_gate_sum for u in part) / n)
+                    self.report_stat(f"gate_open_{stack}", ratio(part))
             if self.training and learned[0].mode == "learned":
                 self.report_stat("noise_alpha", learned[0].noise_scale())
         for u in learned:

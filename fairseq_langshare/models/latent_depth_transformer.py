@@ -31,6 +31,7 @@ from omegaconf import OmegaConf, open_dict
 
 from ..modules.latent_layers import (KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_from_state,
                                      resolve_keep_rule)
+from ..modules.row_subsets import SubsetCaches, cached_kv, put_rows, rows_of, stand_in, take_rows
 from .langshare_transformer import size_preset
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
 
@@ -172,45 +173,79 @@ def _wrap_like_fairseq(layer, cfg):
 
 class LatentLayerMixin:
     """Layer l of a latent stack: z_l scales every sub-layer's output before the residual add
-    (Eq. 2); at inference the layer runs (z = 1), is skipped, or runs and keeps the rows whose
-    language keeps it."""
+    (Eq. 2); at inference the layer runs (z = 1) or is skipped. In a batch whose languages
+    disagree about the layer (a (1, B, 1) plan), it runs on the rows that keep it only
+    (``modules/row_subsets.py``): each row costs its own kept layers, not the union of the
+    batch's. ``row_dispatch = False`` restores the union path (every row runs, the skippers'
+    outputs are discarded), kept for the equivalence tests."""
+
+    row_dispatch = True
 
     def _attach(self, selector: LayerSelector, index: int, cfg):
         self.__dict__["selector"] = selector  # owned (and saved) by the encoder/decoder
         self.layer_index = index
         self.checkpoint_activations = bool(cfg.checkpoint_activations)
         self.__dict__["_z"] = None
+        self.__dict__["_subset"] = SubsetCaches(self)
 
     def residual_connection(self, x, residual):
         z = self.__dict__["_z"]
         return residual + x if z is None else residual + z.to(x.dtype) * x
 
-    def _run(self, x, run, skipped):
-        """``run()`` the layer unless the plan skips it; ``skipped(x)``: the output of a skipped layer."""
+    def reorder_incremental_state(self, incremental_state, new_order):
+        """Caches of a layer that ran on a subset of rows follow the beam to the same rows."""
+        self.__dict__["_subset"].reorder(incremental_state, new_order)
+
+    def _with_z(self, z, run):
+        if z is None:  # inference: a kept layer is a plain pre-norm layer (z = 1)
+            return run()
+
+        def call():
+            self.__dict__["_z"] = z
+            try:
+                return run()
+            finally:
+                self.__dict__["_z"] = None
+
+        if self.checkpoint_activations and self.training and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(call, use_reentrant=False)  # z's gradient reaches the logits
+        return call()
+
+    def _run(self, x, run, skipped, on_rows=None, incremental_state=None):
+        """``run()`` the layer on every row, ``on_rows(rows)`` on some (None: cannot), or
+        ``skipped(x)``: the output of a skipped layer."""
         plan, z = self.__dict__["selector"].for_layer(self.layer_index, x.size(1))
         if plan is SKIP:
             return skipped(x)
-        if z is None:  # inference: a kept layer is a plain pre-norm layer (z = 1)
-            out = run()
-        else:
-            def call():
-                self.__dict__["_z"] = z
-                try:
-                    return run()
-                finally:
-                    self.__dict__["_z"] = None
-
-            if self.checkpoint_activations and self.training and torch.is_grad_enabled():
-                out = torch.utils.checkpoint.checkpoint(call, use_reentrant=False)  # z's gradient reaches the logits
+        subset = self.__dict__["_subset"]
+        if plan is not RUN and self.row_dispatch and on_rows is not None:
+            rows = subset.rows(incremental_state)  # the subset of the previous step, reordered
+            if rows is None:
+                rows = rows_of(plan)
             else:
-                out = call()
+                subset.restore(incremental_state)
+            out = self._with_z(None if z is None else z.index_select(1, rows), lambda: on_rows(rows))
+            if incremental_state is not None:
+                subset.stash(incremental_state, rows, x.size(1))
+            return out
+        if incremental_state is not None and subset.rows(incremental_state) is not None:
+            subset.release(incremental_state)  # every row left keeps the layer: fairseq's caches again
+        out = self._with_z(z, run)
         if plan is RUN:
             return out
-        # a mixed batch: the rows of languages that skip the layer keep its input (the layer ran
-        # on every row so that the incremental caches stay aligned with the batch)
+        # the union path: the rows of languages that skip the layer keep its input
         head, rest = (out[0], out[1:]) if isinstance(out, tuple) else (out, None)
         head = torch.where(plan, head, x)
         return head if rest is None else (head, *rest)
+
+
+def _put_attention(attn, rows, batch: int, dim: int):
+    """Attention weights of the rows that ran, zeros for the others (which did not attend)."""
+    if attn is None:
+        return None
+    shape = list(attn.shape)
+    shape[dim] = batch
+    return put_rows(attn.new_zeros(shape), rows, attn, dim)
 
 
 class LatentEncoderLayer(LatentLayerMixin, TransformerEncoderLayerBase):
@@ -219,8 +254,18 @@ class LatentEncoderLayer(LatentLayerMixin, TransformerEncoderLayerBase):
         self._attach(selector, index, cfg)
 
     def forward(self, x, encoder_padding_mask, attn_mask=None):
-        return self._run(x, lambda: super(LatentEncoderLayer, self).forward(x, encoder_padding_mask, attn_mask),
-                         lambda x: (x, None) if self.return_fc else x)
+        parent = super(LatentEncoderLayer, self).forward
+
+        def on_rows(rows):
+            out = parent(take_rows(x, rows, 1), take_rows(encoder_padding_mask, rows, 0), attn_mask)
+            if self.return_fc:
+                y, fc = out
+                return put_rows(x, rows, y, 1), _put_attention(fc, rows, x.size(1), 1)
+            return put_rows(x, rows, out, 1)
+
+        per_row = attn_mask is None or attn_mask.dim() == 2  # a (T, T) mask is shared by the rows
+        return self._run(x, lambda: parent(x, encoder_padding_mask, attn_mask),
+                         lambda x: (x, None) if self.return_fc else x, on_rows if per_row else None)
 
 
 class LatentDecoderLayer(LatentLayerMixin, TransformerDecoderLayerBase):
@@ -228,9 +273,26 @@ class LatentDecoderLayer(LatentLayerMixin, TransformerDecoderLayerBase):
         super().__init__(cfg, no_encoder_attn)
         self._attach(selector, index, cfg)
 
-    def forward(self, x, *args, **kwargs):
-        return self._run(x, lambda: super(LatentDecoderLayer, self).forward(x, *args, **kwargs),
-                         lambda x: (x, None, None))
+    def forward(self, x, encoder_out=None, encoder_padding_mask=None, incremental_state=None,
+                prev_self_attn_state=None, prev_attn_state=None, self_attn_mask=None, self_attn_padding_mask=None,
+                need_attn=False, need_head_weights=False):
+        parent = super(LatentDecoderLayer, self).forward
+        args = (prev_self_attn_state, prev_attn_state, self_attn_mask)
+
+        def on_rows(rows):
+            if cached_kv(self.encoder_attn, incremental_state):  # keys/values of the encoder cached
+                enc, enc_mask = stand_in(encoder_out, rows.numel()), None
+            else:
+                enc, enc_mask = take_rows(encoder_out, rows, 1), take_rows(encoder_padding_mask, rows, 0)
+            y, attn, state = parent(take_rows(x, rows, 1), enc, enc_mask, incremental_state, *args,
+                                    take_rows(self_attn_padding_mask, rows, 0), need_attn, need_head_weights)
+            attn = _put_attention(attn, rows, x.size(1), 1 if need_head_weights else 0)
+            return put_rows(x, rows, y, 1), attn, state
+
+        per_row = prev_self_attn_state is None and prev_attn_state is None
+        return self._run(x, lambda: parent(x, encoder_out, encoder_padding_mask, incremental_state, *args,
+                                           self_attn_padding_mask, need_attn, need_head_weights),
+                         lambda x: (x, None, None), on_rows if per_row else None, incremental_state)
 
 
 class LatentEncoder(LanguageAwareEncoder):

@@ -41,6 +41,8 @@ from ..modules.language_specific_layer import (
     PartialLanguageSpecificDecoderLayer,
     PartialLanguageSpecificEncoderLayer,
     parse_layer_spec,
+    reorder_modules,
+    set_num_updates_once,
 )
 from .langshare_transformer import small_preset, tiny_preset
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
@@ -185,12 +187,20 @@ class LSLDecoder(LanguageAwareDecoder):
                                                     no_encoder_attn=no_encoder_attn)
         return _wrap_like_fairseq(layer, cfg)
 
+    def reorder_incremental_state_scripting(self, incremental_state, new_order):
+        """fairseq walks every module (every language's copy) at every step; the copies' caches
+        are reordered by their containers."""
+        return reorder_modules(self, incremental_state, new_order)
+
 
 @register_model("lsl_transformer")
 class LSLTransformerModel(LanguageAwareTransformerModel):
     config_class = LSLTransformerConfig
     encoder_class = LSLEncoder
     decoder_class = LSLDecoder
+
+    def set_num_updates(self, num_updates):
+        set_num_updates_once(self, num_updates)
 
     @classmethod
     def build_model(cls, args, task):

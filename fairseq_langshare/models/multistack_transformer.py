@@ -45,6 +45,8 @@ from ..modules.language_specific_layer import (
     LanguageSpecificDecoderLayer,
     LanguageSpecificEncoderLayer,
     LanguageSpecificModule,
+    reorder_modules,
+    set_num_updates_once,
 )
 from ..modules.routing import LanguageGroupIds
 from .langshare_transformer import size_preset, small_preset, tiny_preset
@@ -227,6 +229,11 @@ class MultistackDecoder(_GroupedStack, LanguageAwareDecoder):
         copies = [build(cfg, no_encoder_attn) for _ in self.groups.names]
         return LanguageSpecificDecoderLayer(copies, self.group_ids_view(), "tgt")
 
+    def reorder_incremental_state_scripting(self, incremental_state, new_order):
+        """fairseq walks every module (every group's copy) at every step; the copies' caches are
+        reordered by their containers."""
+        return reorder_modules(self, incremental_state, new_order)
+
 
 # --- the model -------------------------------------------------------------------------------
 
@@ -235,6 +242,9 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
     config_class = MultistackTransformerConfig
     encoder_class = MultistackEncoder
     decoder_class = MultistackDecoder
+
+    def set_num_updates(self, num_updates):
+        set_num_updates_once(self, num_updates)
 
     @classmethod
     def build_model(cls, args, task):

@@ -10,6 +10,14 @@ with a token-level gate read from the sub-layer input z (Eq. 5):
 
 ``LanguageProjections`` holds the d x d matrices W^lang (no bias), one per language; the paper
 (footnote 3) shares one bank across all encoder sub-layers and one across the decoder.
+
+Inference folding (eval mode, autograd off; never in training): the gate's first layer W1 reads
+the sub-layer input, as q_proj (attention) or fc1 (FFN) does, so one matmul with [W_q; W1]
+computes both; both projections of Eq. 3 come from one matmul with [W^shared; W^lang^T] per
+language present, and the hard gate picks; a fixed-shared FFN unit multiplies W^shared W_fc2
+once; a learned gate whose w2 has no negative entry is always open (G >= 0 for every input) and
+needs no gate at all. The folded weights are computed on first use and recomputed when a
+source weight changes (its storage or version counter: optimizer steps, loads, ``.to()``).
 """
 
 import math
@@ -19,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .routing import LanguageIds, route_by_language
+from .routing import LanguageIds, languages_present, route_by_language
 from .schedules import ScheduledModule, linear_ramp
 
 __all__ = ["LanguageProjections", "ClsrGate", "ClsrUnit", "GATE_MODES"]
@@ -39,13 +47,29 @@ class LanguageProjections(nn.Module):
         bound = math.sqrt(6.0 / (2 * dim))  # xavier-uniform of each d x d matrix
         nn.init.uniform_(self.weight, -bound, bound)
 
+    def matrices(self, lang_ids: Tensor):
+        """What ``[lang]`` indexes for the languages of ``lang_ids``. With autograd on, the matrices
+        of the languages present are sliced once per call (one ``index_select``): a slice per
+        language (``weight[lang]``) would make each slice's backward allocate and add a zero tensor
+        the size of the whole bank. Without autograd, ``weight[lang]`` is a view: the bank itself."""
+        weight = self.weight
+        if not (weight.requires_grad and torch.is_grad_enabled()):
+            return weight
+        langs = languages_present(lang_ids)
+        if len(langs) == 1:
+            return {langs[0]: weight[langs[0]]}
+        picked = weight.index_select(0, torch.tensor(langs, device=weight.device)).unbind(0)
+        return dict(zip(langs, picked))
+
     def forward(self, h: Tensor, lang_ids: Tensor) -> Tensor:
         """h (T, B, d), lang_ids (B,) -> (T, B, d): each sentence through its language's matrix."""
-        return route_by_language(h, lang_ids, lambda lang, rows, _: rows @ self.weight[lang])
+        mats = self.matrices(lang_ids)
+        return route_by_language(h, lang_ids, lambda lang, rows, _: rows @ mats[lang])
 
     def tokens(self, h: Tensor, lang_ids: Tensor) -> Tensor:
         """h (N, d) of N tokens with their languages (N,) -> (N, d)."""
-        return route_by_language(h, lang_ids, lambda lang, rows, _: rows @ self.weight[lang], batch_dim=0)
+        mats = self.matrices(lang_ids)
+        return route_by_language(h, lang_ids, lambda lang, rows, _: rows @ mats[lang], batch_dim=0)
 
 
 class ClsrGate(nn.Module):
@@ -90,8 +114,9 @@ class ClsrUnit(nn.Module, ScheduledModule):
         self.gate = ClsrGate(dim, gate_dim) if mode in ("learned", "soft") else None
         self.max_noise, self.noise_ramp_updates = max_noise, noise_ramp_updates
         # per-call state in a plain dict (nn.Module.__setattr__ is slow on the decoding path):
-        # "gates" armed for the next forward, "last" = (gates, padding mask) for the budget
-        self._call = {"gates": None, "last": None}
+        # "gates" armed for the next forward, "last" = (gates, padding mask) for the budget,
+        # "fold" the folded inference weights of this call (None: unfolded), "folded" their cache
+        self._call = {"gates": None, "last": None, "fold": None, "folded": None}
         self.collect: Optional[Callable] = None  # analysis hook: fn(name, gates (T,B), lang_ids, mask)
         self.pre: Optional[nn.Module] = None  # FFN units: fc2, whose output the unit projects
 
@@ -108,12 +133,13 @@ class ClsrUnit(nn.Module, ScheduledModule):
         return gates.sum(dtype=torch.float32)
 
     @property
-    def last_token_count(self) -> int:
-        """Non-pad tokens of the last forward (Eq. 6 denominator, per unit)."""
+    def last_token_count(self):
+        """Non-pad tokens of the last forward (Eq. 6 denominator, per unit): an int, or a 0-dim
+        tensor when a padding mask was bound (counted on the device, no sync)."""
         if self._call["last"] is None:
             return 0
         gates, mask = self._call["last"]
-        return gates.numel() if mask is None else int((~mask).sum())
+        return gates.numel() if mask is None else (~mask).sum()
 
     def reset_gate_record(self) -> None:
         self._call["last"] = None
@@ -127,6 +153,7 @@ class ClsrUnit(nn.Module, ScheduledModule):
 
     def arm(self, z: Tensor) -> None:
         """Compute this forward call's gates (T, B, 1) from the sub-layer input ``z``."""
+        self._call["fold"] = None
         mode = self.mode
         if mode == "shared":
             gates = z.new_zeros(z.shape[:2] + (1,))
@@ -140,21 +167,141 @@ class ClsrUnit(nn.Module, ScheduledModule):
                 gates = torch.sigmoid(logits + torch.randn_like(logits) * self.noise_scale())
             else:
                 gates = logits >= 0  # hard decision, kept boolean for the inference path
-        mask = self.languages.padding_mask(z.size(0))
+        self._set_gates(z, gates)
+
+    def arm_linear(self, linear: nn.Linear, z: Tensor) -> Tensor:
+        """``linear(z)`` for the linear that reads the gate's input (q_proj, fc1), arming the gate:
+        at inference with folding, one matmul computes both (W1 folded into ``linear``)."""
+        fold = self.folded(linear)
+        if fold is None:
+            self.arm(z)
+            return F.linear(z, linear.weight, linear.bias)
+        self._call["fold"] = fold
+        if fold["in_weight"] is None:  # no gate to compute
+            out = F.linear(z, linear.weight, linear.bias)
+            gates = z.new_ones(z.shape[:2] + (1,)) if fold["w2"] is not None else None  # always open
+        else:
+            both = F.linear(z, fold["in_weight"], fold["in_bias"])
+            n = fold["split"]
+            out, hidden = both[..., :n], both[..., n:]
+            logits = F.linear(torch.relu(hidden), fold["w2"])
+            gates = torch.sigmoid(logits) if fold["mode"] == "soft" else logits >= 0
+        if gates is None:
+            self._call["gates"] = True  # armed; a fixed gate has nothing to record
+        else:
+            self._set_gates(z, gates)
+        return out
+
+    def _set_gates(self, z: Tensor, gates: Tensor) -> None:
         call = self._call
         call["gates"] = gates
-        call["last"] = (gates, mask)  # summed only if the budget asks (not while decoding)
+        # kept for the budget (summed only if it asks): the raw mask may be all False (masking with
+        # it is exact), which costs no device sync on the decoding path
+        mask = self.languages.raw_padding_mask(z.size(0))
+        call["last"] = (gates, mask)
         if self.collect is not None:
-            self.collect(self.name, gates.detach().squeeze(-1), self.languages.get(self.side), mask)
+            self.collect(self.name, gates.detach().squeeze(-1), self.languages.get(self.side),
+                         mask if mask is None or mask.any() else None)
+
+    # --- inference folding ---------------------------------------------------------------------
+    fold_inference = True  # False: the unfolded inference path (the equivalence tests compare)
+
+    def _fold_sources(self, linear: nn.Linear):
+        modules = self._modules
+        params = [linear.weight, linear.bias, modules["shared"].weight, modules["shared"].bias,
+                  self.projections.weight]
+        if modules.get("gate") is not None:
+            params += [modules["gate"].w1, modules["gate"].b, modules["gate"].w2]
+        if modules.get("pre") is not None:
+            params += [modules["pre"].weight, modules["pre"].bias]
+        return [p for p in params if p is not None]
+
+    def folded(self, linear: nn.Linear):
+        """The folded inference weights for this call, or None (training, autograd on, or off)."""
+        if self.training or not self.fold_inference or torch.is_grad_enabled():
+            return None
+        cached = self._call["folded"]
+        if cached is not None:
+            for p, version in zip(cached["sources"], cached["versions"]):
+                if p._version != version:  # changed in place (an optimizer step, a load)
+                    break
+            else:
+                return cached
+        sources = self._fold_sources(linear)
+        cached = self._call["folded"] = self._build_fold(linear, None)
+        cached.update(sources=sources, versions=[p._version for p in sources])
+        return cached
+
+    def _drop_folds(self):
+        self._call["folded"] = None
+
+    def train(self, mode: bool = True):
+        self._drop_folds()
+        return super().train(mode)
+
+    def _apply(self, fn, *args, **kwargs):  # .to(), .half(): parameters may get new storage
+        self._drop_folds()
+        return super()._apply(fn, *args, **kwargs)
+
+    def _build_fold(self, linear: nn.Linear, key=None):
+        modules = self._modules
+        gate, shared, pre = modules.get("gate"), modules["shared"], modules.get("pre")
+        mode = self.mode
+        if mode == "learned" and bool((gate.w2 >= 0).all()):
+            mode = "language"  # G = ReLU(.) w2 >= 0 for every input: the gate is always open
+        fold = {"mode": mode, "in_weight": None, "cats": {}, "shared": shared, "d": shared.out_features,
+                "shared_w": shared.weight, "shared_b": shared.bias, "w2": None if gate is None else gate.w2,
+                "pre": None if pre is None else (pre.weight, pre.bias)}
+        if mode in ("learned", "soft"):
+            bias = linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
+            fold.update(in_weight=torch.cat([linear.weight, gate.w1]), in_bias=torch.cat([bias, gate.b]),
+                        split=linear.out_features)
+            fold["cat_bias"] = torch.cat([shared.bias if shared.bias is not None else shared.weight.new_zeros(
+                shared.out_features), shared.weight.new_zeros(shared.out_features)])
+        if mode == "shared" and pre is not None:  # W^shared (W_fc2 h + b_fc2) + b^shared, one matrix
+            fold["shared_weight"] = shared.weight @ pre.weight
+            fold["shared_bias"] = shared.weight @ pre.bias + shared.bias
+        return fold
+
+    def _cat(self, fold, lang: int) -> Tensor:
+        """[W^shared; W^lang^T] of one language (2d x d), built on first use."""
+        cats = fold["cats"]
+        if lang not in cats:
+            cats[lang] = torch.cat([fold["shared"].weight, self.projections.weight[lang].t()])
+        return cats[lang]
+
+    def _folded_forward(self, h: Tensor, gates, fold) -> Tensor:
+        mode = fold["mode"]
+        if mode == "shared" and "shared_weight" in fold:
+            return F.linear(h, fold["shared_weight"], fold["shared_bias"])
+        pre = fold["pre"]
+        if pre is not None:
+            h = F.linear(h, *pre)
+        if mode == "shared":
+            return F.linear(h, fold["shared_w"], fold["shared_b"])
+        lang_ids = self.languages.get(self.side)
+        if mode == "language":
+            return self.projections(h, lang_ids)
+        bias = fold["cat_bias"]
+        both = route_by_language(h, lang_ids, lambda lang, rows, _: F.linear(rows, self._cat(fold, lang), bias))
+        d = fold["d"]
+        shared_out, lang_out = both[..., :d], both[..., d:]
+        if mode == "soft":
+            return gates * lang_out + (1 - gates) * shared_out
+        return torch.where(gates, lang_out, shared_out)
 
     def forward(self, h: Tensor) -> Tensor:
         modules, call = self._modules, self._call
-        pre = modules["pre"] if "pre" in modules else None
-        if pre is not None:
-            h = pre(h)
         gates, call["gates"] = call["gates"], None
         if gates is None:
             raise RuntimeError(f"CLSR unit {self.name} used without arm(): call arm(z) with the sub-layer input first")
+        fold = call["fold"]
+        if fold is not None:
+            call["fold"] = None
+            return self._folded_forward(h, gates, fold)
+        pre = modules["pre"] if "pre" in modules else None
+        if pre is not None:
+            h = pre(h)
         mode, shared = self.mode, modules["shared"]
         if mode == "shared":
             return F.linear(h, shared.weight, shared.bias)

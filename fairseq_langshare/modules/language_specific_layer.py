@@ -25,13 +25,16 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
-from .routing import LanguageIds, route_by_language
+from .routing import LanguageIds, LastResult, languages_present, route_by_language
+from .row_subsets import cached_kv as _cached_kv
+from .row_subsets import stand_in as _stand_in
 
 __all__ = [
     "LayerSpecError", "parse_layer_spec", "format_layer_spec",
     "LanguageSpecificModule", "LanguageSpecificEncoderLayer", "LanguageSpecificDecoderLayer",
     "LanguageSpecificAttention", "PartialLanguageSpecificEncoderLayer",
-    "PartialLanguageSpecificDecoderLayer", "MixedEncoderLayer", "COPIES", "MIX_KINDS",
+    "PartialLanguageSpecificDecoderLayer", "MixedEncoderLayer", "COPIES", "MIX_KINDS", "reorder_modules",
+    "set_num_updates_once",
 ]
 
 COPIES = "per_lang"  # the name of the per-language ModuleList in every container (state-dict keys)
@@ -122,10 +125,12 @@ def format_layer_spec(sides: Sequence[Optional[str]]) -> str:
 # --- routing helpers -------------------------------------------------------------------------
 
 def _check_ids(lang_ids: Tensor, num_langs: int) -> None:
-    if lang_ids.numel() and (int(lang_ids.max()) >= num_langs or int(lang_ids.min()) < 0):
+    """Read from the routing's own grouping of the ids (cached per ids tensor): no extra sync."""
+    langs = languages_present(lang_ids) if lang_ids.numel() else []
+    if langs and (langs[-1] >= num_langs or langs[0] < 0):
         raise IndexError(
-            f"language id {int(lang_ids.max())} has no language-specific weights: the layer holds "
-            f"{num_langs} languages (the --langs inventory it was built with); decode with the same --langs"
+            f"language id {langs[-1] if langs[-1] >= num_langs else langs[0]} has no language-specific weights: "
+            f"the layer holds {num_langs} languages (the --langs inventory it was built with); decode with the same --langs"
         )
 
 
@@ -191,6 +196,21 @@ class _LanguageCopies(nn.Module):
     def extra_repr(self) -> str:
         return f"side={self.side}, languages={self.num_langs}"
 
+    def train(self, mode: bool = True):
+        """fairseq's trainer calls ``model.train()`` at every update: with a large inventory the
+        recursion through every language's copy costs more than the copies a batch runs. A copy
+        already in ``mode`` (its own flag) is not walked again."""
+        self.training = mode
+        for name, child in self._modules.items():
+            if name == COPIES:
+                for copy in child:
+                    if copy.training != mode:
+                        copy.train(mode)
+                child.training = mode
+            elif child is not None:
+                child.train(mode)
+        return self
+
     def upgrade_state_dict_named(self, state_dict, name):
         for lang, copy in enumerate(self.copies):
             if hasattr(copy, "upgrade_state_dict_named"):
@@ -216,12 +236,86 @@ class LanguageSpecificEncoderLayer(_LanguageCopies):
         )
 
 
+_REORDERED = LastResult()  # every container of a decoder reorders the same ids with the same order
+_SAME_IDS = LastResult()  # ... and checks the same two ids tensors at the next step
+
+
+def _reordered(old: Tensor, new_order: Tensor) -> Tensor:
+    return _REORDERED.get((old, new_order), old.index_select, 0, new_order)
+
+
+def _same_ids(a: Tensor, b: Tensor) -> bool:
+    return a is b or _SAME_IDS.get((a, b), torch.equal, a, b)
+
+
+def reorderable_modules(root: nn.Module) -> List[nn.Module]:
+    """The modules a decoder's ``reorder_incremental_state_scripting`` must call, in fairseq's
+    order, without descending into per-language containers (each reorders its own copies):
+    fairseq walks every module of the decoder at every decoding step, all copies included.
+    Computed once per root (the module tree is fixed after building)."""
+    cached = root.__dict__.get("_reorderable")
+    if cached is not None:
+        return cached
+    found, seen = [], set()
+
+    def walk(module):
+        if id(module) in seen:
+            return
+        seen.add(id(module))
+        if hasattr(module, "reorder_incremental_state"):
+            found.append(module)
+        if isinstance(module, _IncrementalRouting):
+            return
+        for child in module.children():
+            walk(child)
+
+    walk(root)
+    root.__dict__["_reorderable"] = found
+    return found
+
+
+def reorder_modules(root: nn.Module, incremental_state, new_order: Tensor):
+    """fairseq's ``reorder_incremental_state_scripting`` over ``reorderable_modules(root)``."""
+    for module in reorderable_modules(root):
+        if isinstance(module, _IncrementalRouting):
+            result = module.reorder_incremental_state(incremental_state, new_order, walk_copies=True)
+        else:
+            result = module.reorder_incremental_state(incremental_state, new_order)
+        if result is not None:
+            incremental_state = result
+    return incremental_state
+
+
+def set_num_updates_once(root: nn.Module, num_updates: int) -> None:
+    """fairseq's ``set_num_updates`` walks every module of the model at every update, and the
+    encoder's walks its modules again: with one copy of a layer per language, the walk costs
+    more than a small model's step. The same calls over a list of the modules that define it,
+    made once (the encoder's own method only walks, so it is left out)."""
+    from fairseq.models import FairseqEncoder
+
+    found = root.__dict__.get("_scheduled")
+    if found is None:
+        found = [m for m in root.modules() if m is not root and hasattr(m, "set_num_updates")
+                 and type(m).set_num_updates is not FairseqEncoder.set_num_updates]
+        root.__dict__["_scheduled"] = found
+    for module in found:
+        module.set_num_updates(num_updates)
+
+
 class _IncrementalRouting(FairseqIncrementalState):
     """Keeps each language copy's incremental state (attention caches holding that language's
-    rows only) out of fairseq's batch-level reorder, and reorders it per language."""
+    rows only) out of fairseq's batch-level reorder, and reorders it per language.
+
+    A batch whose rows all have one language at the first decoding step keeps it (beam search
+    reorders rows within a sentence and drops finished sentences): its copy then holds every row,
+    so its caches stay where fairseq reorders them itself, and nothing is moved (``single``)."""
 
     def _prefixes(self, lang: int):
-        return {m._incremental_state_id for m in self.copies[lang].modules() if isinstance(m, FairseqIncrementalState)}
+        cache = self.__dict__.setdefault("_prefix_cache", {})
+        if lang not in cache:
+            cache[lang] = {m._incremental_state_id for m in self.copies[lang].modules()
+                           if isinstance(m, FairseqIncrementalState)}
+        return cache[lang]
 
     def _stash_key(self, lang: int) -> str:
         return self._get_full_incremental_state_key(f"lang{lang}")
@@ -234,32 +328,43 @@ class _IncrementalRouting(FairseqIncrementalState):
         moved = {k: incremental_state.pop(k) for k in list(incremental_state) if k.split(".", 1)[0] in prefixes}
         incremental_state[self._stash_key(lang)] = moved
 
-    def _check_layout(self, incremental_state, lang_ids: Tensor) -> None:
+    def _check_layout(self, incremental_state, lang_ids: Tensor):
+        """The layout of this decoding: {"lang_ids", "single": the one language or None}."""
         layout = self.get_incremental_state(incremental_state, "layout")
-        if layout is not None and not torch.equal(layout["lang_ids"], lang_ids):
+        if layout is None:
+            langs = languages_present(lang_ids)
+            layout = {"lang_ids": lang_ids, "single": langs[0] if len(langs) == 1 else None}
+        elif not _same_ids(layout["lang_ids"], lang_ids):
             raise RuntimeError(
                 "language-specific decoder layer: the rows changed languages since the last decoding step "
                 "without reorder_incremental_state (the encoder_out language ids must be reordered with the state)"
             )
-        self.set_incremental_state(incremental_state, "layout", {"lang_ids": lang_ids})
+        else:
+            layout = {"lang_ids": lang_ids, "single": layout["single"]}
+        self.set_incremental_state(incremental_state, "layout", layout)
+        return layout
 
-    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor, walk_copies: bool = False):
+        """``walk_copies``: called by ``reorder_modules``, which does not descend into the copies;
+        fairseq's own walk (every module) reaches the copy of a one-language batch by itself."""
         layout = self.get_incremental_state(incremental_state, "layout")
         if layout is None:
             return incremental_state
         old = layout["lang_ids"]
-        new = old.index_select(0, new_order)
-        for lang in torch.unique(old).tolist():
-            if self._stash_key(lang) not in incremental_state:
-                continue
-            position = old.eq(lang).long().cumsum(0) - 1  # row -> its row number among `lang`'s rows
-            sub_order = position.index_select(0, new_order.masked_select(new.eq(lang)))
-            self._restore(lang, incremental_state)
-            for module in self.copies[lang].modules():
-                if isinstance(module, FairseqIncrementalState) and hasattr(module, "reorder_incremental_state"):
-                    module.reorder_incremental_state(incremental_state, sub_order)
-            self._stash(lang, incremental_state)
-        self.set_incremental_state(incremental_state, "layout", {"lang_ids": new})
+        new = _reordered(old, new_order)
+        if layout["single"] is not None:  # the copy holds every row: fairseq's order is its order
+            if walk_copies:
+                reorder_modules(self.copies[layout["single"]], incremental_state, new_order)
+        else:
+            for lang in languages_present(old):
+                if self._stash_key(lang) not in incremental_state:
+                    continue
+                position = old.eq(lang).long().cumsum(0) - 1  # row -> its row number among `lang`'s rows
+                sub_order = position.index_select(0, new_order.masked_select(new.eq(lang)))
+                self._restore(lang, incremental_state)
+                reorder_modules(self.copies[lang], incremental_state, sub_order)
+                self._stash(lang, incremental_state)
+        self.set_incremental_state(incremental_state, "layout", {"lang_ids": new, "single": layout["single"]})
         return incremental_state
 
 
@@ -278,17 +383,29 @@ class LanguageSpecificDecoderLayer(_LanguageCopies, _IncrementalRouting):
             raise NotImplementedError("language-specific decoder layers do not take prev_self_attn_state/prev_attn_state")
         ids = self.lang_ids()
         if incremental_state is not None:
-            self._check_layout(incremental_state, ids)
+            single = self._check_layout(incremental_state, ids)["single"]
+        else:
+            langs = languages_present(ids)
+            single = langs[0] if len(langs) == 1 else None
+        if single is not None:  # one language: its copy on the whole batch, no packing
+            y, attn, _ = self.copies[single](
+                x, encoder_out, encoder_padding_mask, incremental_state, self_attn_mask=self_attn_mask,
+                self_attn_padding_mask=self_attn_padding_mask, need_attn=need_attn, need_head_weights=need_head_weights)
+            return y, attn, None
         B = x.size(1)
         attn_meta = {}
 
         def run(lang, rows):
             whole = rows.numel() == B
+            copy = self.copies[lang]
             if incremental_state is not None:
                 self._restore(lang, incremental_state)
-            y, attn, _ = self.copies[lang](
-                _take(x, rows, 1, whole), _take(encoder_out, rows, 1, whole),
-                _take(encoder_padding_mask, rows, 0, whole), incremental_state,
+            if not whole and _cached_kv(getattr(copy, "encoder_attn", None), incremental_state):
+                enc, enc_mask = _stand_in(encoder_out, rows.numel()), None  # the cached mask is used
+            else:
+                enc, enc_mask = _take(encoder_out, rows, 1, whole), _take(encoder_padding_mask, rows, 0, whole)
+            y, attn, _ = copy(
+                _take(x, rows, 1, whole), enc, enc_mask, incremental_state,
                 self_attn_mask=self_attn_mask, self_attn_padding_mask=_take(self_attn_padding_mask, rows, 0, whole),
                 need_attn=need_attn, need_head_weights=need_head_weights,
             )
@@ -321,18 +438,33 @@ class LanguageSpecificAttention(_LanguageCopies, _IncrementalRouting):
         if before_softmax:
             raise NotImplementedError("language-specific attention does not support before_softmax")
         ids = self.lang_ids()
+        single = None
         if incremental_state is not None:
-            self._check_layout(incremental_state, ids)
+            single = self._check_layout(incremental_state, ids)["single"]
+        else:
+            langs = languages_present(ids)
+            single = langs[0] if len(langs) == 1 else None
+        if single is not None:  # one language: its copy on the whole batch, no packing
+            return self.copies[single](
+                query=query, key=key, value=value, key_padding_mask=key_padding_mask, incremental_state=incremental_state,
+                need_weights=need_weights, static_kv=static_kv, attn_mask=attn_mask, need_head_weights=need_head_weights)
         B = query.size(1)
         attn_meta = {}
 
         def run(lang, rows):
             whole = rows.numel() == B
+            copy = self.copies[lang]
             if incremental_state is not None:
                 self._restore(lang, incremental_state)
-            y, attn = self.copies[lang](
-                query=_take(query, rows, 1, whole), key=_take(key, rows, 1, whole), value=_take(value, rows, 1, whole),
-                key_padding_mask=_take(key_padding_mask, rows, 0, whole), incremental_state=incremental_state,
+            if static_kv and not whole and _cached_kv(copy, incremental_state):
+                k = v = _stand_in(key, rows.numel())
+                kpm = None  # the cached keys' padding mask is used
+            else:
+                k, v = _take(key, rows, 1, whole), _take(value, rows, 1, whole)
+                kpm = _take(key_padding_mask, rows, 0, whole)
+            y, attn = copy(
+                query=_take(query, rows, 1, whole), key=k, value=v,
+                key_padding_mask=kpm, incremental_state=incremental_state,
                 need_weights=need_weights, static_kv=static_kv, attn_mask=attn_mask, need_head_weights=need_head_weights,
             )
             if incremental_state is not None:

@@ -19,7 +19,8 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-__all__ = ["route_by_language", "LanguageIds", "LanguageGroupIds", "MissingLanguageIds", "LastResult"]
+__all__ = ["route_by_language", "languages_present", "LanguageIds", "LanguageGroupIds", "MissingLanguageIds",
+           "LastResult"]
 
 
 class MissingLanguageIds(RuntimeError):
@@ -92,12 +93,35 @@ class LastResult:
         return value
 
 
-_GROUPING = LastResult()
+class _TwoEntries:
+    """Two ``LastResult`` entries: an encoder with source- and target-indexed layers alternates
+    between two ids tensors within one call."""
+
+    def __init__(self):
+        self.entries, self.last = [LastResult(), LastResult()], 0
+
+    def get(self, lang_ids: Tensor, compute):
+        for i, entry in enumerate(self.entries):
+            key = entry._key
+            if key and key[0][0] is lang_ids:
+                self.last = i
+                return entry.get((lang_ids,), compute, lang_ids)
+        self.last ^= 1  # replace the entry used less recently
+        return self.entries[self.last].get((lang_ids,), compute, lang_ids)
+
+
+_GROUPING = _TwoEntries()
 
 
 def _grouping(lang_ids: Tensor):
     """(languages present, their row counts, rows sorted by language, inverse permutation)."""
-    return _GROUPING.get((lang_ids,), _compute_grouping, lang_ids)
+    return _GROUPING.get(lang_ids, _compute_grouping)
+
+
+def languages_present(lang_ids: Tensor) -> list:
+    """The sorted language ids present in ``lang_ids`` (the routing's own grouping: cached per
+    ids tensor, so asking costs no extra device sync)."""
+    return _grouping(lang_ids)[0]
 
 
 def _compute_grouping(lang_ids: Tensor):
@@ -126,9 +150,9 @@ class LanguageIds:
     def bind(self, src: Optional[Tensor], tgt: Optional[Tensor], padding_mask: Optional[Tensor] = None):
         """``padding_mask`` (B, T): padding of the token stream this encoder/decoder processes."""
         previous = self._bound
-        if padding_mask is not None and not padding_mask.any():
-            padding_mask = None  # checked once per call, not once per layer
-        self._bound = {"src": src, "tgt": tgt, "padding_mask": padding_mask}
+        # whether anything is padded is asked lazily (``padding_mask``), by the components that
+        # need it, once per call and length: binding costs no device sync
+        self._bound = {"src": src, "tgt": tgt, "padding_mask": padding_mask, "masks": {}}
         try:
             yield self
         finally:
@@ -137,11 +161,23 @@ class LanguageIds:
     def padding_mask(self, length: int) -> Optional[Tensor]:
         """Padding of the last ``length`` positions of the stream (incremental decoding
         processes only the newest token), or None when nothing is padded."""
+        bound = self._bound
+        mask = None if bound is None else bound["padding_mask"]
+        if mask is None:
+            return None
+        masks = bound["masks"]
+        if length not in masks:
+            part = mask if length == mask.size(1) else mask[:, -length:]
+            masks[length] = part if part.any() else None  # one check per call and length
+        return masks[length]
+
+    def raw_padding_mask(self, length: int) -> Optional[Tensor]:
+        """``padding_mask`` without asking whether anything is padded (no device sync): the mask
+        of the last ``length`` positions, possibly all False, or None when none was bound."""
         mask = None if self._bound is None else self._bound["padding_mask"]
         if mask is None or length == mask.size(1):
             return mask
-        mask = mask[:, -length:]
-        return mask if mask.any() else None
+        return mask[:, -length:]
 
     def get(self, side: str) -> Tensor:
         if side not in self.SIDES:
@@ -178,6 +214,9 @@ class LanguageGroupIds:
     def padding_mask(self, length: int) -> Optional[Tensor]:
         return self.languages.padding_mask(length)
 
+    def raw_padding_mask(self, length: int) -> Optional[Tensor]:
+        return self.languages.raw_padding_mask(length)
+
     def get(self, side: str) -> Tensor:
         ids = self.languages.get(side)
         table = self.table(side)
@@ -185,7 +224,7 @@ class LanguageGroupIds:
 
     @staticmethod
     def _groups(ids: Tensor, table: Tensor) -> Tensor:
-        if ids.numel() and (int(ids.max()) >= table.numel() or int(ids.min()) < 0):
+        if ids.numel() and not bool(((ids >= 0) & (ids < table.numel())).all()):  # one sync, not two
             raise IndexError(
                 f"language id {int(ids.max())} has no group: the group table covers {table.numel()} languages "
                 f"(the --langs inventory the model was built with); decode with the same --langs"

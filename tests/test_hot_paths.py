@@ -1,0 +1,201 @@
+"""Hot-path defects of issue 18 (Deliver 4): what each fix guarantees, outputs unchanged.
+
+A "sync" below is a conversion of a tensor to a Python value (``int``, ``bool``, ``float``,
+``item``, ``tolist``): on a GPU each one waits for the device. The tests count them.
+"""
+
+from contextlib import contextmanager
+
+import pytest
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_langshare.modules import language_specific_layer as lsl_module
+from fairseq_langshare.modules.clsr import LanguageProjections
+from fairseq_langshare.modules.language_specific_layer import LanguageSpecificModule
+from fairseq_langshare.modules.routing import LanguageIds
+from test_language_aware_model import assert_beam_search_mixed_equals_alone, collate, encode, mixed_indices
+from tiny_corpus import build_task_and_model
+
+SYNCS = ("__int__", "__bool__", "__float__", "item", "tolist")
+
+
+@contextmanager
+def count_syncs():
+    counts = {"n": 0}
+    saved = {name: getattr(torch.Tensor, name) for name in SYNCS}
+
+    def wrap(fn):
+        def counted(self, *a, **k):
+            counts["n"] += 1
+            return fn(self, *a, **k)
+        return counted
+
+    for name, fn in saved.items():
+        setattr(torch.Tensor, name, wrap(fn))
+    try:
+        yield counts
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.Tensor, name, fn)
+
+
+def _backward_nodes(out):
+    seen, stack, names = set(), [out.grad_fn], []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.append(type(node).__name__)
+        stack.extend(n for n, _ in node.next_functions)
+    return names
+
+
+def test_clsr_bank_is_sliced_once_per_call_in_training():
+    """``rows @ weight[lang]`` per language: each slice's backward writes a zero tensor the size of
+    the whole bank (and adds it). One ``index_select`` per call: one."""
+    proj = LanguageProjections(20, 8)
+    ids = torch.arange(20).repeat(2)
+    h = torch.randn(3, ids.numel(), 8)
+    out = proj(h, ids)
+    names = _backward_nodes(out)
+    assert sum(n.startswith("SelectBackward") for n in names) == 0
+    assert sum(n.startswith("IndexSelectBackward") for n in names) <= 3  # bank once, rows gather/scatter
+    out.square().sum().backward()
+    expected = torch.stack([h[:, ids == lang].reshape(-1, 8).t() @ (2 * out[:, ids == lang].reshape(-1, 8))
+                            for lang in range(20)])
+    torch.testing.assert_close(proj.weight.grad, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_binding_ids_makes_no_sync():
+    ids = LanguageIds()
+    mask = torch.zeros(4, 7, dtype=torch.bool)
+    with count_syncs() as n:
+        with ids.bind(torch.zeros(4, dtype=torch.long), torch.ones(4, dtype=torch.long), padding_mask=mask):
+            ids.raw_padding_mask(1)
+    assert n["n"] == 0
+    with ids.bind(None, None, padding_mask=mask):
+        assert ids.padding_mask(7) is None and ids.padding_mask(1) is None  # nothing padded: None, as before
+    mask[0, :2] = True
+    with ids.bind(None, None, padding_mask=mask):
+        assert ids.padding_mask(7) is mask and ids.padding_mask(1) is None and ids.padding_mask(6) is not None
+
+
+@pytest.fixture(scope="module")
+def clsr(corpus):
+    task, model, _ = build_task_and_model(corpus, arch="clsr_transformer_tiny",
+                                          extra=["--clsr-encoder-lang", "tgt", "--max-update", "100", "--dropout", "0"])
+    task.load_dataset("valid")
+    return task, model
+
+
+def test_clsr_auxiliary_outputs_make_no_sync(clsr):
+    task, model = clsr
+    model.train()
+    model.set_num_updates(50)
+    batch = collate(task, mixed_indices(task))
+    assert batch["net_input"]["src_tokens"].eq(task.source_dictionary.pad()).any()  # padded: counts matter
+    model(**batch["net_input"])
+    with count_syncs() as n:
+        losses, stats = model.auxiliary_outputs()
+    model.eval()
+    # the only conversions left: the logged statistics (gate_open, _enc, _dec), one each; the
+    # budget's counts stay on the device (was one int() per unit and stack)
+    assert n["n"] == 3
+    assert 0 < stats["gate_open"] < 1 and losses["budget"][0].dim() == 0
+
+
+def test_lsl_container_checks_ids_from_the_routing_grouping():
+    ids = LanguageIds()
+    module = LanguageSpecificModule([torch.nn.Linear(4, 4) for _ in range(3)], ids, "tgt")
+    x, lang = torch.randn(2, 5, 4), torch.full((5,), 2)
+    with ids.bind(None, lang):
+        module(x)
+        with count_syncs() as n:
+            y = module(x)  # a second container of the same call: the grouping is cached
+    assert n["n"] == 0
+    torch.testing.assert_close(y, module.copies[2](x))
+    with ids.bind(None, torch.tensor([0, 3])), pytest.raises(IndexError, match="language id 3 has no"):
+        module(torch.randn(2, 2, 4))
+
+
+@pytest.fixture(scope="module")
+def separate(corpus):
+    task, model, _ = build_task_and_model(corpus, arch="lsl_transformer_tiny",
+                                          extra=["--lsl-separate-decoder", "--dropout", "0"])
+    task.load_dataset("valid")
+    model.eval()
+    return task, model
+
+
+def _one_direction(task):
+    ds = task.datasets["valid"]
+    return [i for i in range(len(ds)) if ds[i]["tgt_lang"] == "xx"][:3]
+
+
+def test_single_language_batches_are_not_packed(separate, monkeypatch):
+    task, model = separate
+    calls, pack = [], lsl_module._pack
+    monkeypatch.setattr(lsl_module, "_pack", lambda *a: calls.append(1) or pack(*a))
+    batch = collate(task, _one_direction(task))
+    with torch.no_grad():
+        enc = encode(model, batch)
+        prev = batch["net_input"]["prev_output_tokens"]
+        model.decoder(prev, encoder_out=enc)
+        state = {}
+        for t in range(3):
+            model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
+    assert calls == []
+
+
+def test_separate_decoders_compare_ids_once_per_step_and_translate_as_before(separate, monkeypatch):
+    """One ``torch.equal`` per decoding step for all layers (was one per layer), and beam search
+    (which reorders and prunes rows) gives each sentence the translation it gets alone."""
+    task, model = separate
+    equal = torch.equal
+    calls = []
+    monkeypatch.setattr(torch, "equal", lambda a, b: calls.append(1) or equal(a, b))
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=8, min_len=8)
+    for indices in (_one_direction(task), mixed_indices(task)):
+        calls.clear()
+        with torch.no_grad():
+            gen.generate([model], collate(task, indices))
+        assert len(calls) <= 9, len(calls)  # 9 decoding steps
+        assert_beam_search_mixed_equals_alone(task, model, indices, min_distinct_lengths=1)
+
+
+def test_one_direction_decoding_reorders_one_copy_per_layer(separate, monkeypatch):
+    """fairseq's reorder walks every module (all languages' decoders); the decoder's walk stops at
+    the per-language containers, which reorder the copy that holds rows."""
+    from fairseq.modules import MultiheadAttention
+
+    task, model = separate
+    reorder, calls = MultiheadAttention.reorder_incremental_state, []
+    monkeypatch.setattr(MultiheadAttention, "reorder_incremental_state",
+                        lambda self, *a: calls.append(self) or reorder(self, *a))
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=4, min_len=4)
+    with torch.no_grad():
+        gen.generate([model], collate(task, _one_direction(task)))
+    xx = task.inventory.id("xx")
+    owners = {id(m): lang for layer in model.decoder.layers for lang, copy in enumerate(layer.copies)
+              for m in copy.modules() if isinstance(m, MultiheadAttention)}
+    assert calls and {owners[id(m)] for m in calls} == {xx}
+    assert_beam_search_mixed_equals_alone(task, model, _one_direction(task))
+
+
+def test_train_mode_reaches_every_copy_without_walking_copies_already_in_it():
+    ids = LanguageIds()
+    module = LanguageSpecificModule([torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+                                     for _ in range(4)], ids, "tgt")
+    module.eval()
+    assert not any(m.training for m in module.modules())
+    module.train()
+    assert all(m.training for m in module.modules())
+    calls = []
+    for copy in module.copies:
+        copy.train = lambda mode=True, copy=copy: calls.append(copy) or torch.nn.Module.train(copy, mode)
+    module.train()
+    assert calls == []  # already training: not walked
+    module.eval()
+    assert len(calls) == 4 and not any(m.training for m in module.modules() if not isinstance(m, type(module)))

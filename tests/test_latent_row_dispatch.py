@@ -1,0 +1,125 @@
+"""Latent depth's per-row dispatch (issue 18, Deliver 2): in a batch whose languages keep
+different layers, each layer runs on the rows that keep it only, and every row's output (logits,
+beam-search translation) is the union path's."""
+
+import copy
+
+import pytest
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_langshare.models.latent_depth_transformer import LatentLayerMixin
+from test_language_aware_model import (
+    assert_beam_search_mixed_equals_alone,
+    assert_incremental_equals_full,
+    collate,
+    mixed_indices,
+    row_keys,
+)
+from tiny_corpus import build_task_and_model
+
+KEEP = {"decoder": {"xx": (0, 1, 3), "yy": (1, 2)}, "encoder": {"xx": (0,), "yy": (0, 1)}}
+
+
+@pytest.fixture(scope="module")
+def latent(corpus):
+    task, model, _ = build_task_and_model(
+        corpus, arch="latent_depth_transformer_tiny",
+        extra=["--dropout", "0.0", "--max-update", "100", "--latent-layers", "both", "--latent-encoder-lang", "tgt"])
+    task.load_dataset("valid")
+    with torch.no_grad():
+        for stack, keep in KEEP.items():
+            logits = getattr(model, stack).layer_select.logits
+            logits.fill_(-5.0)
+            for lang, layers in keep.items():
+                logits[task.inventory.id(lang), list(layers)] = 5.0
+    return task, model.eval()
+
+
+@pytest.fixture
+def union(monkeypatch):
+    def use(on):
+        monkeypatch.setattr(LatentLayerMixin, "row_dispatch", not on)
+    return use
+
+
+def test_each_layer_runs_on_the_rows_that_keep_it_only(latent):
+    task, model = latent
+    batch = collate(task, mixed_indices(task))
+    tgt = [task.inventory.langs[int(i)] for i in batch["net_input"]["tgt_lang_id"]]
+    seen = {}
+
+    def record(key):
+        return lambda module, args, out: seen.setdefault(key, args[0].size(1)) and None
+
+    hooks = [layer.self_attn_layer_norm.register_forward_hook(record((stack, i)))
+             for stack in ("encoder", "decoder") for i, layer in enumerate(getattr(model, stack).layers)]
+    try:
+        with torch.no_grad():
+            model(**batch["net_input"])
+    finally:
+        for h in hooks:
+            h.remove()
+    for (stack, layer), rows in seen.items():
+        expected = sum(layer in KEEP[stack][lang] for lang in tgt if lang in KEEP[stack])
+        assert rows == expected, (stack, layer)
+
+
+def test_per_row_outputs_equal_the_union_path(latent, union):
+    task, model = latent
+    batch = collate(task, mixed_indices(task))
+    with torch.no_grad():
+        per_row = model(**batch["net_input"])[0]
+        union(True)
+        whole = model(**batch["net_input"])[0]
+    torch.testing.assert_close(per_row, whole, atol=1e-5, rtol=1e-4)
+
+
+def test_beam_search_per_row_equals_union_and_alone(latent, union):
+    task, model = latent
+    batch = collate(task, mixed_indices(task))
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=10)
+    with torch.no_grad():
+        per_row = [h[0]["tokens"].tolist() for h in gen.generate([model], batch)]
+        union(True)
+        whole = [h[0]["tokens"].tolist() for h in gen.generate([model], batch)]
+        union(False)
+    assert per_row == whole
+    assert_beam_search_mixed_equals_alone(task, model)
+
+
+def test_incremental_decoding_equals_full_with_row_subsets(latent):
+    task, model = latent
+    with torch.no_grad():
+        assert_incremental_equals_full(task, model, collate(task, mixed_indices(task)))
+
+
+def test_training_with_a_row_plan_is_differentiable_and_equals_the_union(latent, union, monkeypatch):
+    """Once the selector hands masks in training (after a commit phase), z-scaled layers run on
+    their rows: same loss and same gradients as the union path."""
+    task, model = latent
+    model = copy.deepcopy(model).train()
+    batch = collate(task, mixed_indices(task))
+    lang = batch["net_input"]["tgt_lang_id"]
+    for stack in ("encoder", "decoder"):
+        selector = getattr(model, stack).layer_select
+        keep = selector.logits.detach().gt(0)
+
+        def for_layer(layer, b, keep=keep):
+            mask = keep[lang, layer].view(1, -1, 1)
+            return mask, (0.5 + 0.1 * layer) * torch.ones(1, b, 1)
+
+        monkeypatch.setattr(selector, "for_layer", for_layer)
+    results = []
+    for on in (False, True):
+        union(on)
+        model.zero_grad()
+        out = model(**batch["net_input"])[0]
+        out.float().pow(2).mean().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((out.detach(), grads))
+    model.auxiliary_outputs()
+    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-5, rtol=1e-4)
+    assert results[0][1].keys() == results[1][1].keys()
+    for name in results[0][1]:
+        torch.testing.assert_close(results[0][1][name], results[1][1][name], atol=1e-5, rtol=1e-4)
