@@ -19,6 +19,7 @@ import torch
 from ..data.language_families import LanguageFamilyError, family_of, read_families_file
 from ..languages import decode_inventory
 from ..models.adaptive_sparse_transformer import _stack_tables, selected_components
+from ..modules.scaled_logits import scaled_from_state
 from .figures import new_figure
 from .saved_config import config_value, trained_codes
 from ..atomic_files import save_figure_atomic, write_json_atomic
@@ -40,7 +41,7 @@ def scores_from_state(state, source: str = "the checkpoint") -> Dict:
     stacks = {}
     for stack, side in STACKS.items():
         prefix = f"{stack}.sparse_scores."
-        logits = {c: weights[f"{prefix}{c}_logits"].float() for c in ("heads", "blocks", "layers")
+        logits = {c: scaled_from_state(weights, f"{prefix}{c}_logits") for c in ("heads", "blocks", "layers")
                   if f"{prefix}{c}_logits" in weights}
         tables = _stack_tables(weights, model_cfg, stack)
         codes = trained_codes(task_cfg, langs, side)
