@@ -430,6 +430,9 @@ def test_analysis_cli_writes_scores_selection_and_pca(trained, tmp_path, capsys)
     assert len(dec["scores"]["xx"]) == 2 * 4 + 2 * 4 + 2
     assert len(dec["selected"]["yy"]["layers"]) == 1 and all(len(h) == 2 for h in dec["selected"]["yy"]["heads"])
     assert set(dec["pca"]) == {"xx", "yy"}
+    selection = dec["selection"]["heads"]
+    assert set(selection) == {"kept_score", "other_score", "median_gap", "agreement"}
+    assert selection["kept_score"] >= selection["other_score"] and 0 <= selection["agreement"] <= 1
     assert (tmp_path / "out" / "adaptive_sparse_tgt.png").stat().st_size > 0
     assert "xx" in capsys.readouterr().out
 
@@ -460,3 +463,32 @@ def test_missing_language_ids_are_a_clear_error(corpus, full):
     net_input = {k: v for k, v in batch["net_input"].items() if not k.endswith("lang_id")}
     with pytest.raises(MissingLanguageIds, match="multilingual_langshare"):
         model(**net_input)
+
+
+def test_selection_agreement_and_sampled_vs_inference_nll(corpus, trained):
+    """Decided logits agree with their Gumbel draws, tied ones do not; the two NLLs of a checkpoint."""
+    from fairseq_langshare.analysis.adaptive_sparse import sampled_agreement, sampled_vs_inference_nll
+
+    assert sampled_agreement(torch.tensor([[20.0, 20.0, -20.0, -20.0]]), 2) == 1.0
+    assert sampled_agreement(torch.zeros(1, 4), 2) < 0.3  # 1/6 in expectation
+    nll = sampled_vs_inference_nll(trained["checkpoint"], corpus["bin"], max_batches=2)
+    assert nll["tokens"] > 0 and all(0 < nll[m] < 20 for m in ("inference", "sampled"))
+
+
+def test_checkpoint_from_before_the_logit_scale_loads_with_scale_one(corpus, trained):
+    """Old layout: the parameter is the logit and there is no ``*_logits_scale``: it loads with scale 1,
+    so the model, its export and its analysis read the same logits."""
+    from fairseq_langshare.analysis.adaptive_sparse import scores_from_state
+
+    state = torch.load(trained["checkpoint"], weights_only=False)
+    new = state["model"]
+    old = {k: v for k, v in new.items() if not k.endswith("_logits_scale")}
+    for key in [k for k in new if k.endswith("_logits_scale")]:
+        old[key[: -len("_scale")]] = new[key[: -len("_scale")]].float() * new[key]
+    _, model, _ = build(corpus, "--sparse-t-bar", "4")
+    model.load_state_dict(old, strict=True)
+    scorer = model.decoder.sparse_scores
+    assert float(scorer.heads_logits_scale) == 1.0
+    expected = new["decoder.sparse_scores.heads_logits"] * new["decoder.sparse_scores.heads_logits_scale"]
+    torch.testing.assert_close(scorer.logits("heads").detach(), expected)
+    assert scores_from_state({**state, "model": old}) == scores_from_state(state)
