@@ -15,6 +15,7 @@ from fairseq_langshare.models.adaptive_sparse_transformer import (
     AdaptiveSparseSingleModel,
     AdaptiveSparseTransformerModel,
 )
+from fairseq_langshare.modules.scaled_logits import set_scaled_value
 from fairseq_langshare.modules.sparse_scores import (
     SparseScorer,
     disparity_loss,
@@ -53,11 +54,10 @@ def build(corpus, *flags, pairs=M2M, seed=1):
 def set_distinct_logits(model, seed=0):
     """Random logits: every language keeps other heads, blocks and layers."""
     g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for scorer in model.scorers().values():
-            for category in scorer.categories():
-                mu = scorer.logits(category)
-                mu.copy_(torch.randn(mu.shape, generator=g) * 2)
+    for scorer in model.scorers().values():
+        for category in scorer.categories():
+            mu = scorer.logits(category)
+            set_scaled_value(scorer, f"{category}_logits", torch.randn(mu.shape, generator=g) * 2)
 
 
 def logits_of(model, batch):
@@ -92,11 +92,15 @@ def test_phase_switch_is_exactly_at_t_bar():
     assert phases == [1, 1, 1, 1, 1, 2, 2, 2]
 
 
-def test_model_losses_are_the_equations_on_saturated_scores(corpus):
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_model_losses_are_the_equations_on_saturated_scores(corpus, reduction):
     """Logits +50: every Gumbel sample is exactly 1, so each reported term has a closed form.
     Encoder (source languages en, xx trained) and decoder (xx, yy): 2 layers x (4 heads + 4 blocks
-    + 1 layer) = 18 components per language; budgets 1 layer, 2 heads, 2 blocks: 9 kept."""
-    task, model, _ = build(corpus, "--sparse-logit-init", "50", "--sparse-t-bar", "10")
+    + 1 layer) = 18 components per language; budgets 1 layer, 2 heads, 2 blocks: 9 kept.
+    "sum" is Eq. 8-10 literally; "mean" divides by L N = 36 (L_s, L_t) and P N = 18 (L_d, one pair)."""
+    task, model, _ = build(corpus, "--sparse-logit-init", "50", "--sparse-t-bar", "10",
+                           "--sparse-loss-reduction", reduction)
+    per_lang, per_pair = (36.0, 18.0) if reduction == "mean" else (1.0, 1.0)
     batch = collate(task, mixed_indices(task))
     model.train()
     model.set_num_updates(9)
@@ -105,15 +109,16 @@ def test_model_losses_are_the_equations_on_saturated_scores(corpus):
     assert set(losses) == {"sparsity_enc", "sparsity_dec"} and stats["sparse_phase"] == 1
     for side in ("enc", "dec"):
         value, weight = losses[f"sparsity_{side}"]
-        assert weight == 0.1 and value.item() == pytest.approx(2 * 18 * math.log(2), rel=1e-5)
+        assert weight == 0.1 and value.item() == pytest.approx(2 * 18 * math.log(2) / per_lang, rel=1e-5)
     model.set_num_updates(10)
     logits_of(model, batch)
     losses, stats = model.auxiliary_outputs()
     assert set(losses) == {"disparity_enc", "disparity_dec", "topk_enc", "topk_dec"} and stats["sparse_phase"] == 2
     for side in ("enc", "dec"):
         assert losses[f"disparity_{side}"][1] == 0.02 and losses[f"topk_{side}"][1] == 0.1
-        assert losses[f"disparity_{side}"][0].item() == pytest.approx(9.0)  # the same 9 kept by both languages
-        assert losses[f"topk_{side}"][0].item() == pytest.approx(2 * 9.0)  # 9 unselected components at s = 1
+        # the same 9 kept by both languages; 9 unselected components per language at s = 1
+        assert losses[f"disparity_{side}"][0].item() == pytest.approx(9.0 / per_pair)
+        assert losses[f"topk_{side}"][0].item() == pytest.approx(2 * 9.0 / per_lang)
     model.eval()
 
 
@@ -143,9 +148,9 @@ def test_disparity_loss_pushes_two_languages_selections_apart():
         torch.manual_seed(0)
         scorer = SparseScorer("dec", "tgt", 2, 2, 4, 64, types=("attn", "ffn"), blocks=4, keep_layers=1,
                               keep_heads=2, keep_blocks=2, t_bar=0, c_d=c_d)
-        with torch.no_grad():
-            for category in scorer.categories():  # both languages prefer components 0 and 1
-                scorer.logits(category).copy_(torch.tensor([2.0, 2.0, -2.0, -2.0]).expand_as(scorer.logits(category)))
+        for category in scorer.categories():  # both languages prefer components 0 and 1
+            set_scaled_value(scorer, f"{category}_logits",
+                             torch.tensor([2.0, 2.0, -2.0, -2.0]).expand_as(scorer.logits(category)))
         optimizer = torch.optim.Adam(scorer.parameters(), lr=0.05)
         scorer.train()
         for _ in range(300):
@@ -425,6 +430,9 @@ def test_analysis_cli_writes_scores_selection_and_pca(trained, tmp_path, capsys)
     assert len(dec["scores"]["xx"]) == 2 * 4 + 2 * 4 + 2
     assert len(dec["selected"]["yy"]["layers"]) == 1 and all(len(h) == 2 for h in dec["selected"]["yy"]["heads"])
     assert set(dec["pca"]) == {"xx", "yy"}
+    selection = dec["selection"]["heads"]
+    assert set(selection) == {"kept_score", "other_score", "median_gap", "agreement"}
+    assert selection["kept_score"] >= selection["other_score"] and 0 <= selection["agreement"] <= 1
     assert (tmp_path / "out" / "adaptive_sparse_tgt.png").stat().st_size > 0
     assert "xx" in capsys.readouterr().out
 
@@ -434,6 +442,7 @@ def test_analysis_cli_writes_scores_selection_and_pca(trained, tmp_path, capsys)
     (["--sparse-ffn-blocks", "5"], "does not divide"),
     (["--sparse-decoder-keep-heads", "5"], "outside 1..4"),
     (["--sparse-encoder-keep-layers", "3"], "outside 1..2"),
+    (["--sparse-logit-lr-scale", "0"], "scale must be positive"),
 ])
 def test_bad_flags_are_one_line_errors(corpus, flags, message):
     with pytest.raises(ValueError, match=message) as info:
@@ -441,9 +450,9 @@ def test_bad_flags_are_one_line_errors(corpus, flags, message):
     assert "\n" not in str(info.value)
 
 
-def test_t_bar_defaults_to_half_the_run_and_is_saved_in_the_config(corpus):
+def test_t_bar_defaults_to_a_quarter_of_the_run_and_is_saved_in_the_config(corpus):
     _, model, args = build(corpus)  # --max-update 100
-    assert args.sparse_t_bar == 50 and {s.t_bar for s in model.scorers().values()} == {50}
+    assert args.sparse_t_bar == 25 and {s.t_bar for s in model.scorers().values()} == {25}
 
 
 def test_missing_language_ids_are_a_clear_error(corpus, full):
@@ -454,3 +463,32 @@ def test_missing_language_ids_are_a_clear_error(corpus, full):
     net_input = {k: v for k, v in batch["net_input"].items() if not k.endswith("lang_id")}
     with pytest.raises(MissingLanguageIds, match="multilingual_langshare"):
         model(**net_input)
+
+
+def test_selection_agreement_and_sampled_vs_inference_nll(corpus, trained):
+    """Decided logits agree with their Gumbel draws, tied ones do not; the two NLLs of a checkpoint."""
+    from fairseq_langshare.analysis.adaptive_sparse import sampled_agreement, sampled_vs_inference_nll
+
+    assert sampled_agreement(torch.tensor([[20.0, 20.0, -20.0, -20.0]]), 2) == 1.0
+    assert sampled_agreement(torch.zeros(1, 4), 2) < 0.3  # 1/6 in expectation
+    nll = sampled_vs_inference_nll(trained["checkpoint"], corpus["bin"], max_batches=2)
+    assert nll["tokens"] > 0 and all(0 < nll[m] < 20 for m in ("inference", "sampled"))
+
+
+def test_checkpoint_from_before_the_logit_scale_loads_with_scale_one(corpus, trained):
+    """Old layout: the parameter is the logit and there is no ``*_logits_scale``: it loads with scale 1,
+    so the model, its export and its analysis read the same logits."""
+    from fairseq_langshare.analysis.adaptive_sparse import scores_from_state
+
+    state = torch.load(trained["checkpoint"], weights_only=False)
+    new = state["model"]
+    old = {k: v for k, v in new.items() if not k.endswith("_logits_scale")}
+    for key in [k for k in new if k.endswith("_logits_scale")]:
+        old[key[: -len("_scale")]] = new[key[: -len("_scale")]].float() * new[key]
+    _, model, _ = build(corpus, "--sparse-t-bar", "4")
+    model.load_state_dict(old, strict=True)
+    scorer = model.decoder.sparse_scores
+    assert float(scorer.heads_logits_scale) == 1.0
+    expected = new["decoder.sparse_scores.heads_logits"] * new["decoder.sparse_scores.heads_logits_scale"]
+    torch.testing.assert_close(scorer.logits("heads").detach(), expected)
+    assert scores_from_state({**state, "model": old}) == scores_from_state(state)

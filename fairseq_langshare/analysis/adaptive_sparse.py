@@ -6,6 +6,9 @@
   the noise-free scores sigmoid(mu / tau) of all its heads, FFN blocks and layers, concatenated;
 * the components each language keeps at inference (top-k of mu: layers, heads per layer, blocks
   per layer, 0-based) -> ``adaptive_sparse.json``;
+* how decided each selection is (issue 14): per stack and category, the mean noise-free score of the
+  kept and of the other components, and the share of training-time (Gumbel-sampled) top-k draws
+  that equal the inference top-k (1: decided; about 1 / C(n, k) for tied logits) -> ``selection``;
 * the PCA of the score vectors (2 components, centred, by SVD) coloured by language family
   (the ``family`` level of ``data/language_families.py``, as the paper's Figure 2) ->
   ``adaptive_sparse_<side>.png`` for every side with at least two languages.
@@ -19,11 +22,13 @@ import torch
 from ..data.language_families import LanguageFamilyError, family_of, read_families_file
 from ..languages import decode_inventory
 from ..models.adaptive_sparse_transformer import _stack_tables, selected_components
+from ..modules.scaled_logits import scaled_from_state
 from .figures import new_figure
 from .saved_config import config_value, trained_codes
 from ..atomic_files import save_figure_atomic, write_json_atomic
 
-__all__ = ["scores_from_state", "pca_2d", "plot_pca", "analyze", "add_analysis"]
+__all__ = ["scores_from_state", "sampled_agreement", "selection_summary", "sampled_vs_inference_nll", "pca_2d",
+           "plot_pca", "analyze", "add_analysis"]
 
 STACKS = {"encoder": "src", "decoder": "tgt"}
 
@@ -40,18 +45,88 @@ def scores_from_state(state, source: str = "the checkpoint") -> Dict:
     stacks = {}
     for stack, side in STACKS.items():
         prefix = f"{stack}.sparse_scores."
-        logits = {c: weights[f"{prefix}{c}_logits"].float() for c in ("heads", "blocks", "layers")
+        logits = {c: scaled_from_state(weights, f"{prefix}{c}_logits") for c in ("heads", "blocks", "layers")
                   if f"{prefix}{c}_logits" in weights}
         tables = _stack_tables(weights, model_cfg, stack)
         codes = trained_codes(task_cfg, langs, side)
         vectors = {code: torch.cat([torch.sigmoid(mu[langs.index(code)] / tau).flatten() for mu in logits.values()])
                    for code in codes}
+        rows = [langs.index(code) for code in codes]
+        keep = {c: int(t["mask"][0].reshape(-1, t["mask"].size(-1))[0].sum()) for c, t in tables.items()}
         stacks[stack] = {
             "side": side, "languages": codes, "categories": list(logits),
+            "selection": {c: selection_summary(mu[rows], keep[c], tau) for c, mu in logits.items()},
             "scores": {code: [round(v, 6) for v in vec.tolist()] for code, vec in vectors.items()},
             "selected": {code: selected_components(tables, langs.index(code)) for code in codes},
         }
     return stacks
+
+
+def sampled_agreement(mu: torch.Tensor, keep: int, draws: int = 1000, seed: int = 0) -> float:
+    """Share of Gumbel draws whose top-``keep`` equals the noise-free top-``keep`` (the last dimension is
+    one group), averaged over the groups: how often Algorithm 1's phase 2 trains the sub-network that
+    inference runs. Tau does not change the order of ``mu + g1 - g0``, so it does not enter."""
+    g = torch.Generator().manual_seed(seed)
+    mu = mu.float()
+    u = torch.rand((draws,) + tuple(mu.shape), generator=g).clamp(1e-6, 1 - 1e-6)
+    noisy = mu + torch.log(u) - torch.log1p(-u)
+    chosen = torch.zeros_like(noisy).scatter_(-1, noisy.topk(keep, dim=-1).indices, 1.0)
+    decided = torch.zeros_like(mu).scatter_(-1, mu.topk(keep, dim=-1).indices, 1.0)
+    return float((chosen == decided).all(-1).float().mean())
+
+
+def selection_summary(mu: torch.Tensor, keep: int, tau: float = 1.0) -> Dict[str, float]:
+    """mu (languages, ..., n): mean score sigmoid(mu / tau) of the kept and of the other components,
+    the smallest gap between a group's k-th and (k+1)-th logit, and ``sampled_agreement``."""
+    mu = mu.float()
+    mask = torch.zeros_like(mu).scatter_(-1, mu.topk(keep, dim=-1).indices, 1.0).bool()
+    scores = torch.sigmoid(mu / tau)
+    ordered = mu.sort(dim=-1, descending=True).values
+    gap = (ordered[..., keep - 1] - ordered[..., keep]) if keep < mu.size(-1) else torch.full(mu.shape[:-1], float("inf"))
+    return {"kept_score": round(float(scores[mask].mean()), 4),
+            "other_score": round(float(scores[~mask].mean()), 4) if (~mask).any() else None,
+            "median_gap": round(float(gap.flatten().median()), 4),
+            "agreement": round(sampled_agreement(mu, keep), 4)}
+
+
+def sampled_vs_inference_nll(checkpoint, data: str, split: str = "valid", max_batches: int = 0,
+                             seed: int = 1) -> Dict[str, float]:
+    """Cross entropy per target token (nats, no label smoothing, dropout off) of ``checkpoint`` on ``split``
+    with the inference sub-networks (eval mode) and with the scores of training (Gumbel draws, phase 2
+    masks at the checkpoint's update): a collapse in both is a training failure, in inference only a
+    mismatch between the trained and the deployed sub-network."""
+    from fairseq import checkpoint_utils
+
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)],
+                                                                      arg_overrides={"data": str(data)})
+    model = models[0]
+    history = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint)).get("optimizer_history") or [{}]
+    model.set_num_updates(int(history[-1].get("num_updates", 0)))  # the phase of Algorithm 1 at the checkpoint
+    task.load_dataset(split)
+    itr = task.get_batch_iterator(dataset=task.dataset(split), max_tokens=4096, seed=seed,
+                                  ignore_invalid_inputs=True).next_epoch_itr(shuffle=False)
+    torch.manual_seed(seed)
+    totals = {"inference": 0.0, "sampled": 0.0}
+    tokens = 0
+    with torch.no_grad():
+        for i, sample in enumerate(itr):
+            if max_batches and i >= max_batches:
+                break
+            target = sample["target"]
+            pad = target.eq(task.target_dictionary.pad())
+            for mode in totals:
+                model.eval()
+                if mode == "sampled":
+                    for scorer in model.scorers().values():
+                        scorer.train()
+                out = model(**sample["net_input"])
+                lprobs = model.get_normalized_probs(out, log_probs=True)
+                nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1).masked_fill(pad, 0.0)
+                totals[mode] += float(nll.sum())
+                model.auxiliary_outputs()  # drop what the forward recorded
+            tokens += int((~pad).sum())
+    model.eval()
+    return {mode: round(total / max(tokens, 1), 4) for mode, total in totals.items()} | {"tokens": tokens}
 
 
 def pca_2d(matrix: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ from enum import Enum
 from typing import Dict, List, Optional
 
 import torch
+from fairseq.dataclass import ChoiceEnum
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -40,7 +41,8 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
-from ..modules.sparse_scores import CATEGORIES, SPARSITY_TYPES, RoutedLinear, SparseScorer, inference_tables
+from ..modules.scaled_logits import scaled_from_state
+from ..modules.sparse_scores import CATEGORIES, REDUCTIONS, SPARSITY_TYPES, RoutedLinear, SparseScorer, inference_tables
 from .langshare_transformer import size_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
@@ -74,13 +76,20 @@ class AdaptiveSparseTransformerConfig(TransformerConfig):
         "help": "K': FFN blocks per decoder layer each target language keeps (0: half of K, rounded up)"})
     sparse_t_bar: Optional[int] = field(default=None, metadata={
         "help": "T-bar of Algorithm 1: updates of phase 1 (CE + c_s L_s); top-k selection from then on "
-                "(default: half of --max-update)"})
+                "(default: a quarter of --max-update, leaving phase 2 three quarters of the run)"})
     sparse_tau: float = field(default=1.0, metadata={"help": "Gumbel-softmax temperature of the scores"})
     sparse_logit_init: float = field(default=0.0, metadata={
         "help": "initial logit mu of every component: score sigmoid(value), 0 is the prior 1/2"})
     sparse_cs: float = field(default=0.1, metadata={"help": "c_s: weight of the sparsity loss (Eq. 8), phase 1"})
     sparse_cd: float = field(default=0.02, metadata={"help": "c_d: weight of the disparity loss (Eq. 9), phase 2"})
     sparse_ct: float = field(default=0.1, metadata={"help": "c_t: weight of the top-k loss (Eq. 10), phase 2"})
+    sparse_loss_reduction: ChoiceEnum(REDUCTIONS) = field(default="mean", metadata={
+        "help": "mean: L_s, L_d, L_t averaged over languages (pairs for L_d) and components, so c_s/c_d/c_t weigh one "
+                "component against one token's cross entropy at any size; sum: Eq. 8-10 literally (they then grow "
+                "with languages x components)"})
+    sparse_logit_lr_scale: float = field(default=10.0, metadata={
+        "help": "the logits mu are this scale times their parameter, so Adam moves them this many times faster than "
+                "the weights (modules/scaled_logits.py); 1: plain parameters"})
 
 
 SPARSE_FIELDS = tuple(name for name in AdaptiveSparseTransformerConfig.__dataclass_fields__ if name.startswith("sparse_"))
@@ -125,6 +134,8 @@ def validate(cfg) -> None:
                 raise ValueError(f"--sparse-{stack}-keep-{category} {value} is outside 1..{totals[category]} (the "
                                  f"{category} of a {stack} {'stack' if category == 'layers' else 'layer'}); pass a "
                                  "budget within it (0: half)")
+    if not cfg.sparse_logit_lr_scale > 0:
+        raise ValueError(f"--sparse-logit-lr-scale {cfg.sparse_logit_lr_scale}: the scale must be positive (1: none)")
     if cfg.sparse_tau <= 0:
         raise ValueError(f"--sparse-tau {cfg.sparse_tau}: the Gumbel-softmax temperature must be positive")
     for flag in ("cs", "cd", "ct"):
@@ -132,12 +143,19 @@ def validate(cfg) -> None:
             raise ValueError(f"--sparse-{flag} {getattr(cfg, f'sparse_{flag}')} is negative: a loss weight must be >= 0")
     if cfg.sparse_t_bar is None or cfg.sparse_t_bar < 0:
         raise ValueError(f"--sparse-t-bar {cfg.sparse_t_bar}: T-bar must be a number of updates >= 0 (pass "
-                         "--sparse-t-bar N, or --max-update for its default of half the run)")
+                         "--sparse-t-bar N, or --max-update for its default of a quarter of the run)")
     if cfg.checkpoint_activations or cfg.offload_activations:
         raise ValueError("--checkpoint-activations is not supported by adaptive_sparse_transformer (its scores "
                          "travel outside the layer call); train without it")
     if cfg.cross_self_attention:
         raise ValueError("--cross-self-attention is not supported by adaptive_sparse_transformer")
+
+
+def default_t_bar(max_update: int) -> int:
+    """A quarter of the run: phase 2 (the selected sub-networks) gets three quarters to adapt. The paper
+    switches at 8k of 100k updates (Public-24) and 50k of 500k (OPUS-100), i.e. after a phase 1 of
+    thousands of updates; at a few thousand updates a quarter still gives the scores hundreds."""
+    return max_update // 4
 
 
 def check_t_bar(t_bar: int, max_update: int) -> None:
@@ -163,7 +181,12 @@ def make_scorer(cfg, stack: str) -> SparseScorer:
         types=sparse_types(cfg), blocks=cfg.sparse_ffn_blocks, keep_layers=keep["layers"], keep_heads=keep["heads"],
         keep_blocks=keep["blocks"], t_bar=int(cfg.sparse_t_bar), tau=cfg.sparse_tau, c_s=cfg.sparse_cs,
         c_d=cfg.sparse_cd, c_t=cfg.sparse_ct, logit_init=cfg.sparse_logit_init,
-        trained_languages=cfg.sparse_trained_languages.get(side))
+        trained_languages=cfg.sparse_trained_languages.get(side), reduction=_value(cfg.sparse_loss_reduction),
+        logit_lr_scale=float(cfg.sparse_logit_lr_scale))
+
+
+def _value(option):
+    return option.value if isinstance(option, Enum) else str(option)
 
 
 # --- attention with per-language heads -----------------------------------------------------------
@@ -425,7 +448,7 @@ class AdaptiveSparseTransformerModel(LanguageAwareTransformerModel):
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
             if getattr(args, "sparse_t_bar", None) is None and int(getattr(args, "max_update", 0) or 0) > 0:
-                args.sparse_t_bar = int(args.max_update) // 2  # resolved once, saved in the checkpoint's config
+                args.sparse_t_bar = default_t_bar(int(args.max_update))  # resolved once, saved in the checkpoint's config
             cfg = cls.config_class.from_namespace(args)
             for name in SPARSE_FIELDS:  # the saved config names every option of the method
                 if getattr(args, name, None) is None:
@@ -468,7 +491,7 @@ def selected_components(tables, lang_id: int) -> Dict[str, Optional[List]]:
 
 def _stack_tables(state_dict, model_cfg, stack: str):
     prefix = f"{stack}.sparse_scores."
-    logits = {c: state_dict[f"{prefix}{c}_logits"] for c in ("heads", "blocks", "layers")
+    logits = {c: scaled_from_state(state_dict, f"{prefix}{c}_logits") for c in ("heads", "blocks", "layers")
               if f"{prefix}{c}_logits" in state_dict}
     ns = _namespace(model_cfg)
     keep = {c: getattr(ns, f"sparse_{stack}_keep_{c}") or _half(total) for c, total in (

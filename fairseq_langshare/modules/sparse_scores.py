@@ -13,8 +13,22 @@ language and component per forward call, and every sentence takes the draws of i
   kept components are scaled by the noise-free score ``sigmoid(mu / tau)``; unselected heads,
   blocks and layers do not run.
 
-The losses sum over the languages trained on the scorer's side (Eq. 8-10 sum over languages)
-and over all components of the side (heads, blocks and layers concatenated).
+The losses run over the languages trained on the scorer's side and over all components of the
+side (heads, blocks and layers concatenated, N per language). Eq. 8-10 sum over both; the
+criterion adds ``c * L`` to a cross entropy that is a mean per target token, so a literal sum
+grows with L x N (52 components x 8 languages: ``c_t L_t`` ~6.6 nats against a cross entropy of
+~5.5) and the regularisers outweigh the task. ``reduction="mean"`` (the default) divides each
+sum by its number of terms, keeping every term per component and language as in the paper:
+
+    L_s = 1/(L N) sum_l sum_i s_li (log s_li - log 0.5)
+    L_d = 1/(P N) sum_{l<l'} sum_i s_li s_l'i          (P = L(L-1)/2 pairs, 1 when L = 1)
+    L_t = 1/(L N) sum_l sum_i (s_li - m_li)^2
+
+so ``c_s``, ``c_d`` and ``c_t`` weigh one component's term against one token's cross entropy at
+any L and N; ``reduction="sum"`` keeps the literal sums.
+
+The logits are ``scale * theta`` (``modules/scaled_logits.py``): with Adam they move ``scale``
+times faster than the weights, so a selection can become decisive in a short run.
 """
 
 import itertools
@@ -28,12 +42,14 @@ from torch import Tensor, nn
 from .auxiliary import AuxiliaryReporter
 from .latent_layers import gumbel_sigmoid
 from .routing import MissingLanguageIds, route_by_language
+from .scaled_logits import add_scaled_logits, scaled_value
 from .schedules import ScheduledModule
 
-__all__ = ["SPARSITY_TYPES", "topk_mask", "sparsity_loss", "disparity_loss", "topk_loss", "RoutedLinear",
-           "SparseScorer", "inference_tables", "CATEGORIES"]
+__all__ = ["SPARSITY_TYPES", "REDUCTIONS", "topk_mask", "sparsity_loss", "disparity_loss", "topk_loss",
+           "reduced_losses", "RoutedLinear", "SparseScorer", "inference_tables", "CATEGORIES"]
 
 SPARSITY_TYPES = ("attn", "ffn", "layer")
+REDUCTIONS = ("mean", "sum")
 CATEGORIES = {"attn": "heads", "ffn": "blocks", "layer": "layers"}
 _DECISIONS = itertools.count()  # a new number for every inference decision computed
 
@@ -59,6 +75,21 @@ def disparity_loss(s: Tensor) -> Tensor:
 def topk_loss(s: Tensor, m: Tensor) -> Tensor:
     """Eq. 10: sum_l sum_i (s_li - m_li)^2."""
     return ((s.float() - m.float()) ** 2).sum()
+
+
+def reduced_losses(phase: int, scores: Tensor, masks: Optional[Tensor] = None,
+                   reduction: str = "mean") -> Dict[str, Tensor]:
+    """The auxiliary terms of a phase on (L, N) scores: phase 1 ``{"sparsity": L_s}``, phase 2
+    ``{"disparity": L_d(m * s), "topk": L_t(s, m)}``; ``reduction`` "sum" is Eq. 8-10 literally,
+    "mean" divides by the number of terms (L N, or P N pairs for L_d; see the module docstring)."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"sparse loss reduction {reduction!r}: use one of {', '.join(REDUCTIONS)}")
+    langs, n = scores.shape
+    per_lang = 1.0 if reduction == "sum" else float(langs * n)
+    per_pair = 1.0 if reduction == "sum" else float(max(langs * (langs - 1) // 2, 1) * n)
+    if phase == 1:
+        return {"sparsity": sparsity_loss(scores) / per_lang}
+    return {"disparity": disparity_loss(masks * scores) / per_pair, "topk": topk_loss(scores, masks) / per_lang}
 
 
 def inference_tables(logits: Dict[str, Tensor], keep: Dict[str, int], tau: float) -> Dict[str, Dict[str, Tensor]]:
@@ -128,20 +159,22 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
     def __init__(self, name: str, side: str, num_langs: int, num_layers: int, num_heads: int, ffn_dim: int, *,
                  types: Sequence[str], blocks: int, keep_layers: int, keep_heads: int, keep_blocks: int,
                  t_bar: int, tau: float = 1.0, c_s: float = 0.1, c_d: float = 0.02, c_t: float = 0.1,
-                 logit_init: float = 0.0, trained_languages: Optional[Sequence[int]] = None):
+                 logit_init: float = 0.0, trained_languages: Optional[Sequence[int]] = None,
+                 reduction: str = "mean", logit_lr_scale: float = 1.0):
         super().__init__()
         self.name, self.side, self.types = name, side, tuple(types)
         self.num_layers, self.num_heads, self.blocks = num_layers, num_heads, blocks
         self.block_width = ffn_dim // blocks if blocks else 0
         self.keep = {"layers": keep_layers, "heads": keep_heads, "blocks": keep_blocks}
         self.t_bar, self.tau, self.c_s, self.c_d, self.c_t = t_bar, tau, c_s, c_d, c_t
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"sparse loss reduction {reduction!r}: use one of {', '.join(REDUCTIONS)}")
+        self.reduction = reduction
         shapes = {"heads": (num_langs, num_layers, num_heads), "blocks": (num_langs, num_layers, blocks),
                   "layers": (num_langs, num_layers)}
-        for kind in self.types:
+        for kind in self.types:  # every score starts at sigmoid(logit_init); parameter names as before the scale
             category = CATEGORIES[kind]
-            logits = nn.Parameter(torch.empty(shapes[category]))
-            nn.init.constant_(logits, logit_init)  # explicit: every score starts at sigmoid(logit_init)
-            setattr(self, f"{category}_logits", logits)
+            add_scaled_logits(self, f"{category}_logits", shapes[category], logit_init, logit_lr_scale)
         trained = torch.zeros(num_langs, dtype=torch.bool)
         trained[list(trained_languages) if trained_languages else slice(None)] = True
         self.register_buffer("trained_languages", trained, persistent=False)
@@ -151,7 +184,9 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         return [CATEGORIES[kind] for kind in self.types]
 
     def logits(self, category: str) -> Optional[Tensor]:
-        return getattr(self, f"{category}_logits", None)
+        """mu of ``category`` (``scale * theta``, differentiable), None without that sparsity."""
+        name = f"{category}_logits"
+        return scaled_value(self, name) if hasattr(self, name) else None
 
     def phase(self) -> int:
         """Algorithm 1: update t (1-based, trained with num_updates = t - 1) is in phase 2 when t > T-bar."""
@@ -204,11 +239,10 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
             else:
                 used[category] = s
         flat = lambda table: torch.cat([table[c][trained].flatten(1) for c in self.categories()], dim=1)
-        if phase == 1:
-            self.report_loss(f"sparsity_{self.name}", sparsity_loss(flat(scores)), self.c_s)
-        else:
-            self.report_loss(f"disparity_{self.name}", disparity_loss(flat(used)), self.c_d)
-            self.report_loss(f"topk_{self.name}", topk_loss(flat(scores), flat(masks)), self.c_t)
+        weights = {"sparsity": self.c_s, "disparity": self.c_d, "topk": self.c_t}
+        losses = reduced_losses(phase, flat(scores), flat(masks) if phase == 2 else None, self.reduction)
+        for term, value in losses.items():
+            self.report_loss(f"{term}_{self.name}", value, weights[term])
         self.report_stat("sparse_phase", phase)
         return {category: table.index_select(0, lang_ids) for category, table in used.items()}
 
