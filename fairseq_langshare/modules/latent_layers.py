@@ -264,6 +264,8 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         call["batch"] = lang_ids.numel()
         if self.training and not self.is_committed() and 0 < self.commit_updates <= self.num_updates:
             self.commit()
+        if self.is_committed() and self.logits.requires_grad:  # e.g. resumed from a committed checkpoint
+            self.logits.requires_grad_(False)
         if self.training and not self.is_committed():
             call["plan"] = None
             call["z"] = self._sample(lang_ids)
