@@ -656,6 +656,7 @@ def test_trained_model_beam_search_is_per_sentence(corpus, trained):
     model = models[0].eval()
     selector = model.decoder.layer_select  # xx keeps decoder layers 1, 2; yy keeps 2, 3, 4
     selector.committed.fill_(False)
+    selector._cache.clear()
     selector.set_alpha(torch.tensor([[1.0] * 4, [2.0, 2.0, -2.0, -2.0], [-2.0, 2.0, 2.0, 2.0]]))
     selector.keep_rule = "threshold"
     task.load_dataset("test")

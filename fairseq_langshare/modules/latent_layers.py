@@ -178,6 +178,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         self._cache = {}  # values derived from the logits, reused while the logits keep their value
 
     def _uncommitted_by_default(self, state_dict, prefix, *args):
+        self._cache.clear()  # the loaded state decides what is committed
         if prefix + "logits" in state_dict and prefix + "committed" not in state_dict:
             state_dict[prefix + "committed"] = torch.tensor(False)
             state_dict[prefix + "committed_keep"] = torch.zeros_like(self.committed_keep)
@@ -207,7 +208,12 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         return not self.is_committed() and (self.num_updates + 1) % self.update_period == 0
 
     def is_committed(self) -> bool:
-        return bool(self.committed)
+        """Read from the buffer once (a device sync on a GPU), then remembered until the next
+        commit or state-dict load."""
+        flag = self._cache.get("committed")
+        if flag is None:
+            flag = self._cache["committed"] = bool(self.committed)
+        return flag
 
     def commit(self) -> None:
         """Freeze today's inference decision: from now on training runs the pruned network."""
