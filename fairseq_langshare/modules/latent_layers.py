@@ -218,8 +218,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
     def commit(self) -> None:
         """Freeze today's inference decision: from now on training runs the pruned network."""
         with torch.no_grad():
-            self.committed_keep.copy_(keep_table(self.alpha(), self.keep_rule, self.keep_threshold,
-                                                 self.target_depth if self.keep_rule == "top-k" else 0))
+            self.committed_keep.copy_(self._decide())
             self.committed.fill_(True)
         self.logits.requires_grad_(False)
         self._cache.clear()
@@ -243,8 +242,12 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         committed, else the keep rule applied to the posteriors."""
         if self.is_committed():
             return self.committed_keep
+        return self._derived("keep", self._decide)
+
+    def _decide(self) -> Tensor:
+        """The keep rule applied to today's posteriors, bool (N, L)."""
         top_k = self.target_depth if self.keep_rule == "top-k" else 0
-        return self._derived("keep", lambda: keep_table(self.alpha(), self.keep_rule, self.keep_threshold, top_k))
+        return keep_table(self.alpha(), self.keep_rule, self.keep_threshold, top_k)
 
     def _warn_if_undecided(self) -> None:
         """Inference from undecided posteriors runs a network training never ran as such: say so
