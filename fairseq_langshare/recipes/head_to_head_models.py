@@ -72,13 +72,13 @@ MODELS = (
                   ("clsr-lsscore", "{out}/gates.json", "--manifest", "{corpus}/manifest.json", "--out", "{out}"))),
     H2HModel(
         "latent_depth", "latent depth", "latent_depth_transformer_small",
-        {"o2m": ("--encoder-layers", "2", "--decoder-layers", "4", "--latent-decoder-target-depth", "2",
-                 "--latent-keep", "top-k"),
+        {"o2m": ("--encoder-layers", "2", "--decoder-layers", "4", "--latent-decoder-target-depth", "2"),
          "m2o": ("--encoder-layers", "2", "--decoder-layers", "4", "--latent-decoder-target-depth", "2",
-                 "--latent-decoder-lang", "src", "--latent-keep", "top-k")},
+                 "--latent-decoder-lang", "src")},
         "LL-D, the paper's multilingual setting for O2M and M2O (section 4.3, Tables 3 and 5): 4 latent decoder "
-        "layers, target depth K = 2 (Eq. 8), each language keeps its 2 most probable layers at inference; one "
-        "posterior per language pair, i.e. per target language (O2M) or source language (M2O)",
+        "layers, target depth K = 2 (Eq. 8); the package's defaults: each language's 2 most probable layers are "
+        "committed at a quarter of training and the rest of training runs that pruned network, which inference runs; "
+        "one posterior per language pair, i.e. per target language (O2M) or source language (M2O)",
         analysis=(("latent-depth", "{ckpt}", "--out", "{out}"),)),
     H2HModel(
         "adaptive_sparse", "adaptive sparse (FFN)", "adaptive_sparse_transformer_small",
