@@ -240,3 +240,30 @@ def test_head_to_head_end_to_end_and_rerun(tmp_path, one_thread):
         head_to_head_runs.import_run(other, "lsl", 2, runs[1].dir)
     with pytest.raises(ValueError, match="differs in .*arch"):
         head_to_head_runs.import_run(other, "baseline", 1, runs[1].dir)
+    # a run that logged more often and kept other checkpoints trained the same model: importable
+    _import_with_other_logging(tmp_path, other, runs[0])
+
+
+def _import_with_other_logging(tmp_path, other, run):
+    import argparse
+    import shutil
+
+    import torch
+    from fairseq import checkpoint_utils
+    from omegaconf import OmegaConf
+
+    copy = tmp_path / "logged_differently"
+    shutil.copytree(run.dir, copy)
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(copy / "checkpoint_last.pt"))
+    changed = {"log_interval": 7, "keep_interval_updates": 3}
+    for key, value in changed.items():
+        assert key in head_to_head_runs._plain(state["cfg"]["model"]), key  # the check would compare it
+        if isinstance(state["cfg"]["model"], argparse.Namespace):
+            setattr(state["cfg"]["model"], key, value)
+        else:
+            state["cfg"]["model"][key] = value
+    # as fairseq's trainer saves it (a plain container, which weights-only loading accepts)
+    state["cfg"] = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)
+    torch.save(state, copy / "checkpoint_last.pt")
+    linked = head_to_head_runs.import_run(other, run.model.name, 1, str(copy))
+    assert os.path.realpath(linked.dir) == os.path.realpath(copy)

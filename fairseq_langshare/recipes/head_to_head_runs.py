@@ -270,6 +270,13 @@ def _plain(cfg) -> Dict:
     return dict(vars(cfg)) if isinstance(cfg, argparse.Namespace) else OmegaConf.to_container(cfg, resolve=False)
 
 
+# options an imported run may set differently: where things are, what is logged, which checkpoints
+# are kept; none of them changes the model that training produces
+IMPORT_IGNORED = frozenset(("data", "save_dir", "user_dir", "log_interval", "log_format", "log_file",
+                            "tensorboard_logdir", "keep_interval_updates", "keep_last_epochs",
+                            "keep_best_checkpoints", "no_epoch_checkpoints"))
+
+
 def import_run(runs: List[Run], model: str, seed: int, path: str) -> Run:
     """Link a finished run trained elsewhere with these settings into the layout, after checking
     its marker and that its saved config has this plan's model flags, seed and corpus."""
@@ -292,7 +299,7 @@ def import_run(runs: List[Run], model: str, seed: int, path: str) -> Run:
     args = options.parse_args_and_arch(options.get_training_parser(), train_argv(run))
     # every model option the plan's command line sets (None: resolved by the model when built)
     saved = _plain(cfg.model)
-    differ = [k for k, v in vars(args).items() if k in saved and k not in ("data", "save_dir", "user_dir")
+    differ = [k for k, v in vars(args).items() if k in saved and k not in IMPORT_IGNORED
               and v is not None and not isinstance(v, (list, tuple)) and str(saved[k]) != str(v)]
     if int(cfg.common.seed) != seed or differ:
         raise ValueError(f"--import-run: {path} was trained with seed {cfg.common.seed} and differs in "
