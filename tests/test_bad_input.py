@@ -355,8 +355,14 @@ def test_ctrl_c_during_evaluate_is_not_swallowed(run, eval_corpus, tmp_path, cap
         return ["x"] * expected, 0
 
     monkeypatch.setattr(evaluation, "_translate", translate)
-    code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx,en-yy",
-                           "--out-json", tmp_path / "r.json")
+    # Python raises KeyboardInterrupt only where SIGINT is not ignored, and a shell starts background
+    # jobs with SIGINT ignored (`make test &`): give the test the disposition of an interactive run
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions",
+                               "en-xx,en-yy", "--out-json", tmp_path / "r.json")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert code == 130 and line == ("langshare evaluate: interrupted (Ctrl-C) before it finished; no file was left "
                                     "half-written")
     assert not (tmp_path / "r.json").exists()
