@@ -323,6 +323,23 @@ def test_export_state_dict_is_the_pairs_sub_network(corpus, types):
             torch.testing.assert_close(exported(**ni)[0], expected, rtol=1e-4, atol=1e-5)
 
 
+def test_export_fills_options_a_namespace_leaves_out(corpus):
+    """fairseq's parser leaves options the command line did not set out of its Namespace; a model
+    loaded from a checkpoint never puts them back (build_model does), so `langshare head-to-head`
+    counted a trained model's per-pair parameters with a Namespace lacking the keep budgets."""
+    task, model, args = build(corpus, "--sparse-types", "ffn,layer")
+    set_distinct_logits(model, seed=3)
+    state = model.state_dict()
+    src, tgt = task.inventory.id("en"), task.inventory.id("xx")
+    weights, changes = AdaptiveSparseTransformerModel.export_state_dict(state, args, src, tgt)
+    bare = namespace_with(args, {f"sparse_{stack}_keep_{c}": None for stack in ("encoder", "decoder")
+                                 for c in ("layers", "heads", "blocks")})
+    assert not hasattr(bare, "sparse_encoder_keep_layers")
+    bare_weights, bare_changes = AdaptiveSparseTransformerModel.export_state_dict(state, bare, src, tgt)
+    assert bare_changes == changes and bare_weights.keys() == weights.keys()
+    assert all(torch.equal(bare_weights[k], weights[k]) for k in weights)
+
+
 # --- fairseq-train ---------------------------------------------------------------------------------------
 
 def sparse_args(save, max_update, *extra):

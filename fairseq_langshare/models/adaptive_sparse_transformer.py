@@ -501,10 +501,19 @@ def _stack_tables(state_dict, model_cfg, stack: str):
 
 
 def _namespace(model_cfg):
+    """The model options as a Namespace, the method's options a command line left out (fairseq's
+    parser omits them; only ``build_model`` fills them in) at their defaults."""
     import argparse
 
     if OmegaConf.is_config(model_cfg):
         model_cfg = argparse.Namespace(**OmegaConf.to_container(model_cfg, resolve=True))
+    missing = [name for name in SPARSE_FIELDS if not hasattr(model_cfg, name)]
+    if missing:
+        defaults = AdaptiveSparseTransformerConfig()
+        model_cfg = argparse.Namespace(**vars(model_cfg))
+        for name in missing:
+            value = getattr(defaults, name)
+            setattr(model_cfg, name, value.value if isinstance(value, Enum) else value)
     return model_cfg
 
 

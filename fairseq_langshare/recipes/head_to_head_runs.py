@@ -32,13 +32,15 @@ CHECKPOINT_FLAGS = ("--no-epoch-checkpoints", "--validate-interval-updates", "50
                     "--keep-interval-updates", "1")
 EVALUATE_FLAGS = ("--split", "test", "--beam", "4")  # scripts/quality_lib.sh's and /work/runs/bin/eval.sh's
 CORPUS_FLAGS = dict(num_langs=8, selection="spread", vocab_size=8000, workers=2)  # scripts/quality_lib.sh's
-# Updates per second of one training process with a core to itself, for the --dry-run estimate:
-# langshare_transformer_small trained 2,400 updates in 581 s on an idle machine (docs/results.md,
-# `make demo`); the others are scaled by their speed relative to it, measured in one run
-# (benchmarks/head_to_head_speed.py -> benchmarks/results/head_to_head_speed.json, CPU time).
-UPDATES_PER_SECOND = {"baseline": 4.1, "baseline_prenorm": 4.1, "adapters": 3.8, "lsl": 3.8, "clsr": 3.4,
-                      "latent_depth": 3.2, "adaptive_sparse": 3.1}
-EVALUATE_SECONDS = 150  # one run's test set (8 directions, 2,307 sentences, beam 4), one thread
+# Updates per second of one training process, two at a time on two otherwise idle cores, for the
+# --dry-run estimate: measured in the O2M head-to-head on an AMD EPYC machine (2,000 updates in
+# 1,077-1,238 s: docs/head_to_head.md, Sizing). The Intel Xeon this machine kind has also been ran the
+# baseline about twice as fast (2,400 updates in 581 s); the slower machine is the one the estimate
+# must hold on. Latent depth and adaptive sparsity are scaled from the baseline by their relative CPU
+# speed (benchmarks/head_to_head_speed.py -> benchmarks/results/head_to_head_speed.json).
+UPDATES_PER_SECOND = {"baseline": 1.8, "baseline_prenorm": 1.8, "adapters": 1.8, "lsl": 1.65, "clsr": 1.6,
+                      "latent_depth": 1.4, "adaptive_sparse": 1.35}
+EVALUATE_SECONDS = 80  # one run's test set (8 directions, 2,307 sentences, beam 4), one thread: 73-77 s measured
 DEFAULT_UPDATES = 2000
 
 
