@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 OUT=${DEMO_DIR:-demo_run}
 METHOD=${DEMO_METHOD:-lsl}        # the method shown: a model of fairseq_langshare/recipes/head_to_head_models.py
-UPDATES=${DEMO_UPDATES:-1000}
+UPDATES=${DEMO_UPDATES:-900}
 CORPUS=$OUT/corpus
 
 echo "== 1/4 corpus: langshare prepare-gettext -> $CORPUS"
