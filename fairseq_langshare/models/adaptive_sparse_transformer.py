@@ -450,10 +450,7 @@ class AdaptiveSparseTransformerModel(LanguageAwareTransformerModel):
             if getattr(args, "sparse_t_bar", None) is None and int(getattr(args, "max_update", 0) or 0) > 0:
                 args.sparse_t_bar = default_t_bar(int(args.max_update))  # resolved once, saved in the checkpoint's config
             cfg = cls.config_class.from_namespace(args)
-            for name in SPARSE_FIELDS:  # the saved config names every option of the method
-                if getattr(args, name, None) is None:
-                    value = getattr(cfg, name)
-                    setattr(args, name, value.value if isinstance(value, Enum) else value)
+            _fill_sparse_options(args, cfg)  # the saved config names every option of the method
         cfg.num_languages = len(inventory)
         validate(cfg)
         cfg.sparse_trained_languages = trained_languages(task, inventory)
@@ -507,14 +504,18 @@ def _namespace(model_cfg):
 
     if OmegaConf.is_config(model_cfg):
         model_cfg = argparse.Namespace(**OmegaConf.to_container(model_cfg, resolve=True))
-    missing = [name for name in SPARSE_FIELDS if not hasattr(model_cfg, name)]
-    if missing:
-        defaults = AdaptiveSparseTransformerConfig()
-        model_cfg = argparse.Namespace(**vars(model_cfg))
-        for name in missing:
-            value = getattr(defaults, name)
-            setattr(model_cfg, name, value.value if isinstance(value, Enum) else value)
+    if any(not hasattr(model_cfg, name) for name in SPARSE_FIELDS):
+        model_cfg = argparse.Namespace(**vars(model_cfg))  # the caller's object stays as it is
+        _fill_sparse_options(model_cfg, AdaptiveSparseTransformerConfig())
     return model_cfg
+
+
+def _fill_sparse_options(ns, cfg) -> None:
+    """Set each option of the method that ``ns`` lacks (or holds as None) to ``cfg``'s value."""
+    for name in SPARSE_FIELDS:
+        if getattr(ns, name, None) is None:
+            value = getattr(cfg, name)
+            setattr(ns, name, value.value if isinstance(value, Enum) else value)
 
 
 def export_pair_state(state_dict, model_cfg, src_id: int, tgt_id: int):
