@@ -3,13 +3,15 @@
 Importing the package (or ``--user-dir fairseq_langshare``) registers the task
 ``multilingual_langshare``, the models and ``langshare_label_smoothed_cross_entropy``, and
 allow-lists the classes fairseq checkpoints hold so they load with ``weights_only=True``; in
-fairseq's console scripts the plugin's errors are then printed as one line (``user_errors``).
+fairseq's console scripts the plugin's errors are then printed as one line (``user_errors``); a gloo
+process group is destroyed before the interpreter exits (``distributed_exit``).
 """
 
-from . import checkpoint_safety, user_errors
+from . import checkpoint_safety, distributed_exit, user_errors
 
 checkpoint_safety.install()
 user_errors.install()
+distributed_exit.install()
 
 from . import criterions, models, tasks  # noqa: E402,F401
 
