@@ -1,5 +1,5 @@
-# Shared by the quality recipes (sourced, not run): the offline gettext corpus (8 languages; O2M is
-# the demo corpus, DIRECTION=m2o the same languages into English) and one training/evaluation
+# Shared by the quality recipes (sourced, not run): the offline gettext corpus (8 languages, 8k vocabulary;
+# O2M is the head-to-head's corpus, DIRECTION=m2o the same languages into English) and one training/evaluation
 # setting for every model, so runs compare at equal updates. Set UPDATES, OUT and optionally
 # DIRECTION and CORPUS before sourcing. Two recipes at once on a small
 # CPU machine: give each OMP_NUM_THREADS=1 (two fairseq-train processes with one intra-op thread per
