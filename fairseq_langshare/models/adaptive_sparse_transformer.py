@@ -41,6 +41,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
+from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_layer_on_rows
 from ..modules.scaled_logits import scaled_from_state
 from ..modules.sparse_scores import CATEGORIES, REDUCTIONS, SPARSITY_TYPES, RoutedLinear, SparseScorer, inference_tables
 from .langshare_transformer import size_preset
@@ -271,12 +272,19 @@ def _heads_if_sparse(attention: SparseAttention, cfg) -> SparseAttention:
 
 
 class SparseLayerMixin:
-    """Layer r: gamma (Eq. 7) scales every residual branch; the FFN's blocks follow the scorer."""
+    """Layer r: gamma (Eq. 7) scales every residual branch; the FFN's blocks follow the scorer. At
+    inference, in a batch whose languages disagree about the layer, it runs on the rows that keep
+    it only (``modules/row_subsets.py``, as latent depth's layers): each row costs its own selected
+    layers, not the union of the batch's. ``row_dispatch = False`` restores the union path (every
+    row runs, gamma = 0 leaves the skippers' input), kept for the equivalence tests."""
+
+    row_dispatch = True
 
     def _attach(self, scorer: SparseScorer, index: int, attentions):
         self.__dict__["scorer"] = scorer
         self.layer_index = index
         self.__dict__["_gamma"] = None
+        self.__dict__["_subset"] = SubsetCaches(self)
         for attention in attentions:
             if attention is not None:
                 attention.attach(scorer, index)
@@ -290,6 +298,10 @@ class SparseLayerMixin:
     def residual_connection(self, x, residual):
         gamma = self.__dict__["_gamma"]
         return residual + x if gamma is None else residual + gamma.to(x.dtype) * x
+
+    def reorder_incremental_state(self, incremental_state, new_order):
+        """Caches of a layer that ran on a subset of rows follow the beam to the same rows."""
+        self.__dict__["_subset"].reorder(incremental_state, new_order)
 
     def _configure_ffn(self, plan):
         if plan is None:
@@ -308,12 +320,9 @@ class SparseLayerMixin:
                              decision))
         fc2.configure(route=(ids, lambda lang: (fc2.weight[:, rows[lang]] * scale[lang], fc2.bias), decision))
 
-    def _run(self, x, run, skipped):
-        scorer = self.__dict__["scorer"]
-        gamma = scorer.layer_plan(self.layer_index, x.size(1))
-        if isinstance(gamma, str):  # no sentence of the batch keeps this layer: it does not run
-            return skipped(x)
-        self._configure_ffn(scorer.block_plan(self.layer_index, x.size(1)))
+    def _configured(self, run, gamma, batch: int):
+        """``run()`` with this call's gamma and FFN blocks (for ``batch`` rows)."""
+        self._configure_ffn(self.__dict__["scorer"].block_plan(self.layer_index, batch))
         self.__dict__["_gamma"] = gamma
         try:
             return run()
@@ -321,6 +330,30 @@ class SparseLayerMixin:
             self.__dict__["_gamma"] = None
             self.fc1.configure()
             self.fc2.configure()
+
+    def _run(self, x, run, skipped, on_rows=None, incremental_state=None):
+        """``run()`` the layer on every row, ``on_rows(rows)`` on the rows that keep it (None:
+        cannot), or ``skipped(x)`` when no row keeps it."""
+        scorer = self.__dict__["scorer"]
+        gamma = scorer.layer_plan(self.layer_index, x.size(1))
+        if isinstance(gamma, str):  # no sentence of the batch keeps this layer: it does not run
+            return skipped(x)
+        subset = self.__dict__["_subset"]
+        if self.row_dispatch and on_rows is not None and gamma is not None:
+            rows = subset.rows(incremental_state)  # the subset of the previous step, reordered
+            if rows is None:
+                rows = scorer.layer_rows(self.layer_index)
+            else:
+                subset.restore(incremental_state)
+            if rows is not None:
+                with scorer.on_rows(rows):
+                    out = self._configured(lambda: on_rows(rows), gamma.index_select(1, rows), rows.numel())
+                if incremental_state is not None:
+                    subset.stash(incremental_state, rows, x.size(1))
+                return out
+        if incremental_state is not None and subset.rows(incremental_state) is not None:
+            subset.release(incremental_state)  # every row left keeps the layer: fairseq's caches again
+        return self._configured(run, gamma, x.size(1))
 
 
 class SparseEncoderLayer(SparseLayerMixin, TransformerEncoderLayerBase):
@@ -333,8 +366,10 @@ class SparseEncoderLayer(SparseLayerMixin, TransformerEncoderLayerBase):
                                                 self_attention=True), cfg)
 
     def forward(self, x, encoder_padding_mask, attn_mask=None):
-        return self._run(x, lambda: super(SparseEncoderLayer, self).forward(x, encoder_padding_mask, attn_mask),
-                         lambda x: (x, None) if self.return_fc else x)
+        parent = super(SparseEncoderLayer, self).forward
+        return self._run(x, lambda: parent(x, encoder_padding_mask, attn_mask),
+                         lambda x: (x, None) if self.return_fc else x,
+                         encoder_layer_on_rows(parent, x, encoder_padding_mask, attn_mask, self.return_fc))
 
 
 class SparseDecoderLayer(SparseLayerMixin, TransformerDecoderLayerBase):
@@ -352,9 +387,14 @@ class SparseDecoderLayer(SparseLayerMixin, TransformerDecoderLayerBase):
                                                 vdim=cfg.encoder.embed_dim, dropout=cfg.attention_dropout,
                                                 encoder_decoder_attention=True), cfg)
 
-    def forward(self, x, *args, **kwargs):
-        return self._run(x, lambda: super(SparseDecoderLayer, self).forward(x, *args, **kwargs),
-                         lambda x: (x, None, None))
+    def forward(self, x, encoder_out=None, encoder_padding_mask=None, incremental_state=None,
+                prev_self_attn_state=None, prev_attn_state=None, self_attn_mask=None, self_attn_padding_mask=None,
+                need_attn=False, need_head_weights=False):
+        parent = super(SparseDecoderLayer, self).forward
+        args = (x, encoder_out, encoder_padding_mask, incremental_state, prev_self_attn_state, prev_attn_state,
+                self_attn_mask, self_attn_padding_mask, need_attn, need_head_weights)
+        return self._run(x, lambda: parent(*args), lambda x: (x, None, None),
+                         decoder_layer_on_rows(parent, self.encoder_attn, *args), incremental_state)
 
 
 class SparseEncoder(LanguageAwareEncoder):

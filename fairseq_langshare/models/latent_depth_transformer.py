@@ -31,7 +31,7 @@ from omegaconf import OmegaConf, open_dict
 
 from ..modules.latent_layers import (KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_from_state,
                                      resolve_keep_rule)
-from ..modules.row_subsets import SubsetCaches, cached_kv, put_rows, rows_of, stand_in, take_rows
+from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_layer_on_rows, rows_of
 from .langshare_transformer import size_preset
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
 
@@ -239,15 +239,6 @@ class LatentLayerMixin:
         return head if rest is None else (head, *rest)
 
 
-def _put_attention(attn, rows, batch: int, dim: int):
-    """Attention weights of the rows that ran, zeros for the others (which did not attend)."""
-    if attn is None:
-        return None
-    shape = list(attn.shape)
-    shape[dim] = batch
-    return put_rows(attn.new_zeros(shape), rows, attn, dim)
-
-
 class LatentEncoderLayer(LatentLayerMixin, TransformerEncoderLayerBase):
     def __init__(self, cfg, selector, index, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
@@ -255,17 +246,9 @@ class LatentEncoderLayer(LatentLayerMixin, TransformerEncoderLayerBase):
 
     def forward(self, x, encoder_padding_mask, attn_mask=None):
         parent = super(LatentEncoderLayer, self).forward
-
-        def on_rows(rows):
-            out = parent(take_rows(x, rows, 1), take_rows(encoder_padding_mask, rows, 0), attn_mask)
-            if self.return_fc:
-                y, fc = out
-                return put_rows(x, rows, y, 1), _put_attention(fc, rows, x.size(1), 1)
-            return put_rows(x, rows, out, 1)
-
-        per_row = attn_mask is None or attn_mask.dim() == 2  # a (T, T) mask is shared by the rows
         return self._run(x, lambda: parent(x, encoder_padding_mask, attn_mask),
-                         lambda x: (x, None) if self.return_fc else x, on_rows if per_row else None)
+                         lambda x: (x, None) if self.return_fc else x,
+                         encoder_layer_on_rows(parent, x, encoder_padding_mask, attn_mask, self.return_fc))
 
 
 class LatentDecoderLayer(LatentLayerMixin, TransformerDecoderLayerBase):
@@ -277,22 +260,10 @@ class LatentDecoderLayer(LatentLayerMixin, TransformerDecoderLayerBase):
                 prev_self_attn_state=None, prev_attn_state=None, self_attn_mask=None, self_attn_padding_mask=None,
                 need_attn=False, need_head_weights=False):
         parent = super(LatentDecoderLayer, self).forward
-        args = (prev_self_attn_state, prev_attn_state, self_attn_mask)
-
-        def on_rows(rows):
-            if cached_kv(self.encoder_attn, incremental_state):  # keys/values of the encoder cached
-                enc, enc_mask = stand_in(encoder_out, rows.numel()), None
-            else:
-                enc, enc_mask = take_rows(encoder_out, rows, 1), take_rows(encoder_padding_mask, rows, 0)
-            y, attn, state = parent(take_rows(x, rows, 1), enc, enc_mask, incremental_state, *args,
-                                    take_rows(self_attn_padding_mask, rows, 0), need_attn, need_head_weights)
-            attn = _put_attention(attn, rows, x.size(1), 1 if need_head_weights else 0)
-            return put_rows(x, rows, y, 1), attn, state
-
-        per_row = prev_self_attn_state is None and prev_attn_state is None
-        return self._run(x, lambda: parent(x, encoder_out, encoder_padding_mask, incremental_state, *args,
-                                           self_attn_padding_mask, need_attn, need_head_weights),
-                         lambda x: (x, None, None), on_rows if per_row else None, incremental_state)
+        args = (x, encoder_out, encoder_padding_mask, incremental_state, prev_self_attn_state, prev_attn_state,
+                self_attn_mask, self_attn_padding_mask, need_attn, need_head_weights)
+        return self._run(x, lambda: parent(*args), lambda x: (x, None, None),
+                         decoder_layer_on_rows(parent, self.encoder_attn, *args), incremental_state)
 
 
 class LatentEncoder(LanguageAwareEncoder):

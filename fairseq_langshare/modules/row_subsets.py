@@ -21,7 +21,8 @@ import torch
 from fairseq.incremental_decoding_utils import FairseqIncrementalState
 from torch import Tensor, nn
 
-__all__ = ["rows_of", "take_rows", "put_rows", "cached_kv", "stand_in", "SubsetCaches"]
+__all__ = ["rows_of", "take_rows", "put_rows", "cached_kv", "stand_in", "put_attention", "encoder_layer_on_rows",
+           "decoder_layer_on_rows", "SubsetCaches"]
 
 
 def rows_of(mask: Tensor) -> Tensor:
@@ -50,6 +51,55 @@ def stand_in(encoder_out: Optional[Tensor], rows: int) -> Optional[Tensor]:
     """A view with the shape of ``rows`` rows of the encoder output, for attention whose keys and
     values are cached (fairseq checks the shape only): no gather at every decoding step."""
     return None if encoder_out is None else encoder_out.narrow(1, 0, 1).expand(-1, rows, -1)
+
+
+def put_attention(attn: Optional[Tensor], rows: Tensor, batch: int, dim: int) -> Optional[Tensor]:
+    """Attention weights (or FFN outputs) of the rows that ran, zeros for the others (which did not run)."""
+    if attn is None:
+        return None
+    shape = list(attn.shape)
+    shape[dim] = batch
+    return put_rows(attn.new_zeros(shape), rows, attn, dim)
+
+
+def encoder_layer_on_rows(forward, x, encoder_padding_mask, attn_mask, return_fc: bool):
+    """``on_rows(rows)`` for a fairseq encoder layer's ``forward`` called with these arguments: the
+    layer on those rows, the others' input passed through. None when the rows cannot run apart (an
+    attention mask per row)."""
+    if attn_mask is not None and attn_mask.dim() != 2:  # a (T, T) mask is shared by the rows
+        return None
+
+    def on_rows(rows):
+        out = forward(take_rows(x, rows, 1), take_rows(encoder_padding_mask, rows, 0), attn_mask)
+        if return_fc:
+            y, fc = out
+            return put_rows(x, rows, y, 1), put_attention(fc, rows, x.size(1), 1)
+        return put_rows(x, rows, out, 1)
+
+    return on_rows
+
+
+def decoder_layer_on_rows(forward, encoder_attn, x, encoder_out, encoder_padding_mask, incremental_state,
+                          prev_self_attn_state, prev_attn_state, self_attn_mask, self_attn_padding_mask,
+                          need_attn, need_head_weights):
+    """``on_rows(rows)`` for a fairseq decoder layer's ``forward`` called with these arguments (its
+    caches for those rows only: ``SubsetCaches``). None when the rows cannot run apart (states
+    handed in from outside)."""
+    if prev_self_attn_state is not None or prev_attn_state is not None:
+        return None
+
+    def on_rows(rows):
+        if cached_kv(encoder_attn, incremental_state):  # keys/values of the encoder cached
+            enc, enc_mask = stand_in(encoder_out, rows.numel()), None
+        else:
+            enc, enc_mask = take_rows(encoder_out, rows, 1), take_rows(encoder_padding_mask, rows, 0)
+        y, attn, state = forward(take_rows(x, rows, 1), enc, enc_mask, incremental_state, prev_self_attn_state,
+                                 prev_attn_state, self_attn_mask, take_rows(self_attn_padding_mask, rows, 0),
+                                 need_attn, need_head_weights)
+        attn = put_attention(attn, rows, x.size(1), 1 if need_head_weights else 0)
+        return put_rows(x, rows, y, 1), attn, state
+
+    return on_rows
 
 
 class SubsetCaches:

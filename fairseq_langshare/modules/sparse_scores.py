@@ -31,6 +31,7 @@ The logits are ``scale * theta`` (``modules/scaled_logits.py``): with Adam they 
 times faster than the weights, so a selection can become decisive in a short run.
 """
 
+import contextlib
 import itertools
 import math
 from typing import Dict, Optional, Sequence
@@ -42,6 +43,7 @@ from torch import Tensor, nn
 from .auxiliary import AuxiliaryReporter
 from .latent_layers import gumbel_sigmoid
 from .routing import MissingLanguageIds, route_by_language
+from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_value
 from .schedules import ScheduledModule
 
@@ -222,8 +224,10 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
             call["tables"] = tables
             if "layers" in tables:
                 gamma = tables["layers"]["value"].to(lang_ids.device).index_select(0, lang_ids)  # (B, D)
-                call["gamma"] = gamma
-                call["runs"] = (gamma > 0).any(0).tolist()  # one sync per call
+                keep = gamma > 0
+                call["gamma"], call["keep"] = gamma, keep
+                call["rows_keeping"] = keep.sum(0).tolist()  # one sync per call
+                call["runs"] = [n > 0 for n in call["rows_keeping"]]
         self._call = call
 
     def _sample(self, lang_ids: Tensor) -> Dict[str, Tensor]:
@@ -265,6 +269,29 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         if not call["runs"][layer]:
             return "skip"
         return call["gamma"][:, layer].view(1, -1, 1)
+
+    def layer_rows(self, layer: int) -> Optional[Tensor]:
+        """At inference, the rows of the call that keep ``layer`` when only some do (one sync), else
+        None: the layer runs on every row, or on none (``layer_plan`` says "skip")."""
+        call = self._call
+        if call["training"] or "keep" not in call or call["rows_keeping"][layer] in (0, call["batch"]):
+            return None
+        return rows_of(call["keep"][:, layer])
+
+    @contextlib.contextmanager
+    def on_rows(self, rows: Tensor):
+        """The plans of the call narrowed to ``rows`` (a layer that runs on a subset of the batch:
+        its heads and FFN blocks are those of these rows' languages)."""
+        call = self._call
+        narrowed = dict(call, batch=rows.numel(), ids=call["ids"].index_select(0, rows))
+        narrowed.pop("keep", None)  # no layer within a layer
+        if "gamma" in call:
+            narrowed["gamma"] = call["gamma"].index_select(0, rows)
+        self._call = narrowed
+        try:
+            yield
+        finally:
+            self._call = call
 
     def _plan(self, category: str, layer: int, batch: int):
         call = self._check(batch)

@@ -1,0 +1,98 @@
+"""Adaptive layer sparsity's per-row dispatch at inference (issue 18, Deliver 2): in a batch whose
+languages keep different layers, each layer runs on the rows that keep it only, and every row's
+output (logits, incremental decoding, beam-search translation) is the union path's and its own."""
+
+import pytest
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_langshare.models.adaptive_sparse_transformer import SparseLayerMixin
+from fairseq_langshare.modules.scaled_logits import set_scaled_value
+from test_adaptive_sparse import EN, XX, YY, build, set_distinct_logits
+from test_language_aware_model import (
+    assert_beam_search_mixed_equals_alone,
+    assert_incremental_equals_full,
+    collate,
+    mixed_indices,
+)
+
+# 2 layers per stack, 1 kept per language: the languages of a mixed batch disagree on every layer
+KEEP = {"encoder": {EN: 0, XX: 1, YY: 1}, "decoder": {EN: 1, XX: 0, YY: 1}}
+SIDE = {"encoder": "src_lang_id", "decoder": "tgt_lang_id"}
+
+
+@pytest.fixture(scope="module", params=["ffn,layer", "attn,ffn,layer"])
+def sparse(corpus, request):
+    task, model, _ = build(corpus, "--sparse-types", request.param)
+    set_distinct_logits(model, seed=7)  # heads and blocks differ by language too
+    for stack, keep in KEEP.items():
+        scorer = getattr(model, stack).sparse_scores
+        logits = torch.full(scorer.logits("layers").shape, -5.0)
+        for lang, layer in keep.items():
+            logits[lang, layer] = 5.0
+        set_scaled_value(scorer, "layers_logits", logits)
+    return task, model.eval()
+
+
+@pytest.fixture
+def union(monkeypatch):
+    def use(on):
+        monkeypatch.setattr(SparseLayerMixin, "row_dispatch", not on)
+    return use
+
+
+def rows_per_layer(model, batch):
+    seen = {}
+    hooks = [layer.self_attn_layer_norm.register_forward_hook(
+        lambda m, args, out, key=(stack, i): seen.__setitem__(key, args[0].size(1)))
+        for stack in ("encoder", "decoder") for i, layer in enumerate(getattr(model, stack).layers)]
+    try:
+        with torch.no_grad():
+            model(**batch["net_input"])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def test_each_layer_runs_on_the_rows_that_keep_it_only(sparse, union):
+    task, model = sparse
+    batch = collate(task, mixed_indices(task))
+    seen = rows_per_layer(model, batch)
+    for stack, keep in KEEP.items():
+        langs = batch["net_input"][SIDE[stack]].tolist()
+        for layer in range(2):
+            expected = sum(keep[lang] == layer for lang in langs)
+            assert 0 < expected < len(langs)  # the batch disagrees about this layer
+            assert seen[(stack, layer)] == expected, (stack, layer)
+    union(True)  # guards the count: the union path runs every layer on every row
+    assert set(rows_per_layer(model, batch).values()) == {batch["target"].size(0)}
+
+
+def test_per_row_outputs_equal_the_union_path(sparse, union):
+    task, model = sparse
+    batch = collate(task, mixed_indices(task))
+    with torch.no_grad():
+        per_row = model(**batch["net_input"])[0]
+        union(True)
+        whole = model(**batch["net_input"])[0]
+    torch.testing.assert_close(per_row, whole, atol=1e-5, rtol=1e-4)
+
+
+def test_incremental_decoding_with_row_subsets_equals_full(sparse):
+    task, model = sparse
+    with torch.no_grad():
+        assert_incremental_equals_full(task, model, collate(task, mixed_indices(task)))
+
+
+def test_beam_search_per_row_equals_union_and_alone(sparse, union):
+    task, model = sparse
+    batch = collate(task, mixed_indices(task))
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=10)
+    with torch.no_grad():
+        per_row = [h[0]["tokens"].tolist() for h in generator.generate([model], batch)]
+        union(True)
+        whole = [h[0]["tokens"].tolist() for h in generator.generate([model], batch)]
+        union(False)
+    assert per_row == whole
+    assert_beam_search_mixed_equals_alone(task, model, max_len_b=10)
