@@ -5,8 +5,8 @@ the benchmark corpus of ``run_baseline`` (``benchmarks/.cache/``).
 
 Targets from the issues: issue 18 (ratios of B's speed to A's): LSL decoding >= 0.97 (one
 direction and mixed), training >= 0.90 with 10 languages; multi-decoder decoding >= 0.97 one
-direction, >= 0.90 mixed; latent depth >= 0.90 of a static model of the same depth with target
-languages mixed; CLSR decoding >= 0.90 at batch 1 and 64, training step time <= 1.15x; every
+direction, >= 0.90 mixed; latent depth and adaptive layer sparsity >= 0.90 of a static model of the
+same depth with target languages mixed; CLSR decoding >= 0.90 at batch 1 and 64, training step time <= 1.15x; every
 method's ``*-inventory-2-vs-100`` (same data, 2 or 100 languages in --langs) within 1.10. Older:
 CLSR training step time ratio <= 1.35 (i.e. updates/s ratio >= 0.74)
 and decoding tokens/s ratio >= 0.80; latent depth's pruned inference >= 0.95 of a static model with
@@ -87,6 +87,13 @@ COMPARISONS = [
      "(4 target languages mixed in every decoding batch)",
      [*LATENT, "--latent-keep", "top-k"], [*SPARSE_BASELINE, "--decoder-layers", "3"],
      {"b_init": "latent-distinct-plans"}),
+    ("adaptive-sparse-layers-vs-static-mixed",
+     "adaptive_sparse_transformer_small --sparse-types layer: 2 + 6 decoder layers, each target language its own 3 "
+     "(4 target languages mixed in every decoding batch)",
+     ["--arch", "adaptive_sparse_transformer_small", *SPARSE_BASE, "--sparse-types", "layer",
+      "--encoder-layers", "2", "--sparse-encoder-keep-layers", "2", "--decoder-layers", "6",
+      "--sparse-decoder-keep-layers", "3", "--sparse-t-bar", "0"],
+     [*SPARSE_BASELINE, "--decoder-layers", "3"], {"b_init": "sparse-distinct-layers"}),
     ("lsl-vs-baseline", f"lsl_transformer_small {LSL_SPEC} (decoding mixes the 4 target languages)",
      LSL, SMALL_6),
     ("lsl-one-direction", f"lsl_transformer_small {LSL_SPEC}, decoding en-fr", LSL, SMALL_6, EN_FR),
