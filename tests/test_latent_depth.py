@@ -148,15 +148,15 @@ def test_schedules_are_functions_of_num_updates(corpus):
     for n in range(40):  # beta grows from 0 and is never negative (the reference's is, before --soft-update)
         model.set_num_updates(n)
         assert selector.kl_beta() >= 0.0
-    # defaults: the sampling phase is the first quarter of --max-update (100); tau anneals over it,
+    # defaults: the sampling phase is the first eighth of --max-update (100); tau anneals over it,
     # beta over a third of it
     _, model, _ = build(corpus)
     selector = model.decoder.layer_select
-    assert selector.commit_updates == 25
-    model.set_num_updates(25)
+    assert selector.commit_updates == 12
+    model.set_num_updates(12)
     assert selector.tau() == pytest.approx(0.1) and selector.kl_beta() == pytest.approx(1.0)
-    model.set_num_updates(4)
-    assert selector.kl_beta() == pytest.approx(4 / 8)
+    model.set_num_updates(2)
+    assert selector.kl_beta() == pytest.approx(2 / 4)
     _, model, _ = build(corpus, "--latent-commit-updates", "0")  # never commits: the schedules span the run
     model.set_num_updates(50)
     assert model.decoder.layer_select.tau() == pytest.approx(math.sqrt(0.1))
