@@ -4,14 +4,13 @@ output (logits, incremental decoding, beam-search translation) is the union path
 
 import pytest
 import torch
-from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_langshare.models.adaptive_sparse_transformer import SparseLayerMixin
 from fairseq_langshare.modules.scaled_logits import set_scaled_value
 from test_adaptive_sparse import EN, XX, YY, build, set_distinct_logits
 from test_language_aware_model import (
-    assert_beam_search_mixed_equals_alone,
     assert_incremental_equals_full,
+    assert_row_dispatch_equals_union,
     collate,
     mixed_indices,
 )
@@ -69,30 +68,11 @@ def test_each_layer_runs_on_the_rows_that_keep_it_only(sparse, union):
     assert set(rows_per_layer(model, batch).values()) == {batch["target"].size(0)}
 
 
-def test_per_row_outputs_equal_the_union_path(sparse, union):
-    task, model = sparse
-    batch = collate(task, mixed_indices(task))
-    with torch.no_grad():
-        per_row = model(**batch["net_input"])[0]
-        union(True)
-        whole = model(**batch["net_input"])[0]
-    torch.testing.assert_close(per_row, whole, atol=1e-5, rtol=1e-4)
+def test_per_row_outputs_and_beam_search_equal_the_union_path_and_alone(sparse, union):
+    assert_row_dispatch_equals_union(*sparse, union)
 
 
 def test_incremental_decoding_with_row_subsets_equals_full(sparse):
     task, model = sparse
     with torch.no_grad():
         assert_incremental_equals_full(task, model, collate(task, mixed_indices(task)))
-
-
-def test_beam_search_per_row_equals_union_and_alone(sparse, union):
-    task, model = sparse
-    batch = collate(task, mixed_indices(task))
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=10)
-    with torch.no_grad():
-        per_row = [h[0]["tokens"].tolist() for h in generator.generate([model], batch)]
-        union(True)
-        whole = [h[0]["tokens"].tolist() for h in generator.generate([model], batch)]
-        union(False)
-    assert per_row == whole
-    assert_beam_search_mixed_equals_alone(task, model, max_len_b=10)

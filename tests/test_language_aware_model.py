@@ -151,6 +151,26 @@ def assert_beam_search_mixed_equals_alone(task, model, indices=None, collater=No
         assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
 
 
+def assert_row_dispatch_equals_union(task, model, union, max_len_b=10):
+    """A model whose layers run on row subsets (``modules/row_subsets.py``) against its union path
+    (``union(True)``: every row runs every layer the batch keeps): the same logits and the same
+    beam-search translations for a mixed batch, and each sentence's beam search as alone."""
+    batch = collate(task, mixed_indices(task))
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=max_len_b)
+    with torch.no_grad():
+        per_row = model(**batch["net_input"])[0]
+        per_row_hypos = [h[0]["tokens"].tolist() for h in generator.generate([model], batch)]
+        union(True)
+        try:
+            whole = model(**batch["net_input"])[0]
+            whole_hypos = [h[0]["tokens"].tolist() for h in generator.generate([model], batch)]
+        finally:
+            union(False)
+    torch.testing.assert_close(per_row, whole, atol=1e-5, rtol=1e-4)
+    assert per_row_hypos == whole_hypos
+    assert_beam_search_mixed_equals_alone(task, model, max_len_b=max_len_b)
+
+
 def test_beam_search_keeps_each_hypothesis_language(setup):
     task, _, probe, _ = setup
     assert_beam_search_mixed_equals_alone(task, probe, copy_model=False)  # the probe holds non-leaf tensors

@@ -6,12 +6,11 @@ import copy
 
 import pytest
 import torch
-from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_langshare.models.latent_depth_transformer import LatentLayerMixin
 from test_language_aware_model import (
-    assert_beam_search_mixed_equals_alone,
     assert_incremental_equals_full,
+    assert_row_dispatch_equals_union,
     collate,
     mixed_indices,
     row_keys,
@@ -65,27 +64,8 @@ def test_each_layer_runs_on_the_rows_that_keep_it_only(latent):
         assert rows == expected, (stack, layer)
 
 
-def test_per_row_outputs_equal_the_union_path(latent, union):
-    task, model = latent
-    batch = collate(task, mixed_indices(task))
-    with torch.no_grad():
-        per_row = model(**batch["net_input"])[0]
-        union(True)
-        whole = model(**batch["net_input"])[0]
-    torch.testing.assert_close(per_row, whole, atol=1e-5, rtol=1e-4)
-
-
-def test_beam_search_per_row_equals_union_and_alone(latent, union):
-    task, model = latent
-    batch = collate(task, mixed_indices(task))
-    gen = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=10)
-    with torch.no_grad():
-        per_row = [h[0]["tokens"].tolist() for h in gen.generate([model], batch)]
-        union(True)
-        whole = [h[0]["tokens"].tolist() for h in gen.generate([model], batch)]
-        union(False)
-    assert per_row == whole
-    assert_beam_search_mixed_equals_alone(task, model)
+def test_per_row_outputs_and_beam_search_equal_the_union_path_and_alone(latent, union):
+    assert_row_dispatch_equals_union(*latent, union)
 
 
 def test_incremental_decoding_equals_full_with_row_subsets(latent):
