@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import sacrebleu
 
 from fairseq_langshare.cli import main as langshare
 from fairseq_langshare.data.corpus_build import sha256
@@ -132,7 +133,12 @@ def test_quantised_export_loads_and_translates(spm_corpus, trained, exported, tm
     source = raw(spm_corpus, "en-fr", "en")
     quantised = PairTranslator(out).translate(source, beam=1)
     reference = PairTranslator(float_dir).translate(source, beam=1)
-    assert all(quantised) and sum(a == b for a, b in zip(quantised, reference)) >= 0.7 * len(source)
+    # This tiny model's greedy output repeats words with near-tied logits, so quantisation flips
+    # whole sentences on some CPUs (3 of 30 identical on an AMD EPYC, most on others): compare the
+    # text, not sentence identity. A broken quantisation (wrong scales, wrong weights) writes
+    # other words: 72 here against the float model, 13 against the en-de model, 14 against the source.
+    assert all(quantised)
+    assert sacrebleu.corpus_chrf(quantised, [reference]).score >= 50
 
 
 @needs_ctranslate2

@@ -142,8 +142,9 @@ def default_commit_updates(max_update: int) -> int:
     """--latent-commit-updates when not given: an eighth of the run. At the budgets measured
     (docs/latent_depth.md, "When to commit") the posteriors are still undecided at any commit point,
     and an earlier commit leaves the pruned network more updates: valid NLL 5.05 committing at an
-    eighth against 5.25 at a quarter (2,000 updates, gettext O2M)."""
-    return max_update // 8
+    eighth against 5.25 at a quarter (2,000 updates, gettext O2M). At least update 1 in a run with a
+    --max-update: 0 (never commit) must be asked for."""
+    return max(1, max_update // 8) if max_update > 0 else 0
 
 
 def trained_languages(task, inventory) -> Dict[str, List[int]]:
