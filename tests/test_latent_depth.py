@@ -12,7 +12,7 @@ import torch
 from fairseq.models.transformer import TransformerModel
 
 from fairseq_langshare.export import export_pair
-from fairseq_langshare.models.latent_depth_transformer import LatentDepthTransformerModel
+from fairseq_langshare.models.latent_depth_transformer import LatentDepthTransformerModel, default_commit_updates
 from fairseq_langshare.modules.latent_layers import (
     RUN,
     SKIP,
@@ -153,6 +153,8 @@ def test_schedules_are_functions_of_num_updates(corpus):
     _, model, _ = build(corpus)
     selector = model.decoder.layer_select
     assert selector.commit_updates == 12
+    # a short run still commits (0 would mean never), and a run without --max-update never does
+    assert [default_commit_updates(n) for n in (0, 4, 8, 2000)] == [0, 1, 1, 250]
     model.set_num_updates(12)
     assert selector.tau() == pytest.approx(0.1) and selector.kl_beta() == pytest.approx(1.0)
     model.set_num_updates(2)
