@@ -13,6 +13,7 @@ from test_language_aware_model import (
     assert_row_dispatch_equals_union,
     collate,
     mixed_indices,
+    rows_per_layer,
 )
 
 # 2 layers per stack, 1 kept per language: the languages of a mixed batch disagree on every layer
@@ -38,20 +39,6 @@ def union(monkeypatch):
     def use(on):
         monkeypatch.setattr(SparseLayerMixin, "row_dispatch", not on)
     return use
-
-
-def rows_per_layer(model, batch):
-    seen = {}
-    hooks = [layer.self_attn_layer_norm.register_forward_hook(
-        lambda m, args, out, key=(stack, i): seen.__setitem__(key, args[0].size(1)))
-        for stack in ("encoder", "decoder") for i, layer in enumerate(getattr(model, stack).layers)]
-    try:
-        with torch.no_grad():
-            model(**batch["net_input"])
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return seen
 
 
 def test_each_layer_runs_on_the_rows_that_keep_it_only(sparse, union):

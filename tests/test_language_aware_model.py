@@ -151,6 +151,22 @@ def assert_beam_search_mixed_equals_alone(task, model, indices=None, collater=No
         assert generator.generate([model], alone)[0][0]["tokens"].tolist() == mixed[row_keys(task, alone)[0]]
 
 
+def rows_per_layer(model, batch):
+    """{(stack, layer index): rows the layer ran on} in one forward call (hooks on each layer's
+    first layer norm)."""
+    seen = {}
+    hooks = [layer.self_attn_layer_norm.register_forward_hook(
+        lambda m, args, out, key=(stack, i): seen.__setitem__(key, args[0].size(1)))
+        for stack in ("encoder", "decoder") for i, layer in enumerate(getattr(model, stack).layers)]
+    try:
+        with torch.no_grad():
+            model(**batch["net_input"])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
 def assert_row_dispatch_equals_union(task, model, union, max_len_b=10):
     """A model whose layers run on row subsets (``modules/row_subsets.py``) against its union path
     (``union(True)``: every row runs every layer the batch keeps): the same logits and the same

@@ -13,6 +13,7 @@ from test_language_aware_model import (
     assert_row_dispatch_equals_union,
     collate,
     mixed_indices,
+    rows_per_layer,
     row_keys,
 )
 from tiny_corpus import build_task_and_model
@@ -46,19 +47,7 @@ def test_each_layer_runs_on_the_rows_that_keep_it_only(latent):
     task, model = latent
     batch = collate(task, mixed_indices(task))
     tgt = [task.inventory.langs[int(i)] for i in batch["net_input"]["tgt_lang_id"]]
-    seen = {}
-
-    def record(key):
-        return lambda module, args, out: seen.setdefault(key, args[0].size(1)) and None
-
-    hooks = [layer.self_attn_layer_norm.register_forward_hook(record((stack, i)))
-             for stack in ("encoder", "decoder") for i, layer in enumerate(getattr(model, stack).layers)]
-    try:
-        with torch.no_grad():
-            model(**batch["net_input"])
-    finally:
-        for h in hooks:
-            h.remove()
+    seen = rows_per_layer(model, batch)
     for (stack, layer), rows in seen.items():
         expected = sum(layer in KEEP[stack][lang] for lang in tgt if lang in KEEP[stack])
         assert rows == expected, (stack, layer)

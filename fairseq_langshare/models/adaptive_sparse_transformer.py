@@ -340,19 +340,13 @@ class SparseLayerMixin:
             return skipped(x)
         subset = self.__dict__["_subset"]
         if self.row_dispatch and on_rows is not None and gamma is not None:
-            rows = subset.rows(incremental_state)  # the subset of the previous step, reordered
-            if rows is None:
-                rows = scorer.layer_rows(self.layer_index)
-            else:
-                subset.restore(incremental_state)
+            rows = subset.resume(incremental_state, lambda: scorer.layer_rows(self.layer_index))
             if rows is not None:
                 with scorer.on_rows(rows):
                     out = self._configured(lambda: on_rows(rows), gamma.index_select(1, rows), rows.numel())
-                if incremental_state is not None:
-                    subset.stash(incremental_state, rows, x.size(1))
+                subset.suspend(incremental_state, rows, x.size(1))
                 return out
-        if incremental_state is not None and subset.rows(incremental_state) is not None:
-            subset.release(incremental_state)  # every row left keeps the layer: fairseq's caches again
+        subset.release(incremental_state)  # every row left keeps the layer: fairseq's caches again
         return self._configured(run, gamma, x.size(1))
 
 

@@ -229,17 +229,11 @@ class LatentLayerMixin:
             return skipped(x)
         subset = self.__dict__["_subset"]
         if plan is not RUN and self.row_dispatch and on_rows is not None:
-            rows = subset.rows(incremental_state)  # the subset of the previous step, reordered
-            if rows is None:
-                rows = rows_of(plan)
-            else:
-                subset.restore(incremental_state)
+            rows = subset.resume(incremental_state, lambda: rows_of(plan))
             out = self._with_z(None if z is None else z.index_select(1, rows), lambda: on_rows(rows))
-            if incremental_state is not None:
-                subset.stash(incremental_state, rows, x.size(1))
+            subset.suspend(incremental_state, rows, x.size(1))
             return out
-        if incremental_state is not None and subset.rows(incremental_state) is not None:
-            subset.release(incremental_state)  # every row left keeps the layer: fairseq's caches again
+        subset.release(incremental_state)  # every row left keeps the layer: fairseq's caches again
         out = self._with_z(z, run)
         if plan is RUN:
             return out

@@ -105,7 +105,8 @@ def decoder_layer_on_rows(forward, encoder_attn, x, encoder_out, encoder_padding
 class SubsetCaches:
     """The incremental state of one component that runs on a subset of rows.
 
-    ``restore(state)`` before the component runs on ``rows`` and ``stash(state, rows, B)`` after;
+    ``resume(state, compute)`` gives the rows to run on (restoring their caches) and
+    ``suspend(state, rows, B)`` stashes them after; ``release(state)`` when every row runs again;
     ``reorder(state, new_order)`` from the owner's ``reorder_incremental_state``. ``rows(state)``
     is the subset the caches hold (in batch order), or None if the component never ran on a
     subset in this decoding (its caches are then fairseq's, reordered by fairseq)."""
@@ -136,10 +137,26 @@ class SubsetCaches:
         caches = {k: state.pop(k) for k in list(state) if k.split(".", 1)[0] in prefixes}
         state[self.key] = {"rows": rows, "batch": batch, "caches": caches}
 
-    def release(self, state: Dict) -> None:
-        """Every row keeps the component again: its caches go back to fairseq's reorder."""
+    def release(self, state: Optional[Dict]) -> None:
+        """Every row keeps the component again: its caches (if it ran on a subset) go back to
+        fairseq's reorder."""
+        if state is not None:
+            self.restore(state)
+            state.pop(self.key, None)
+
+    def resume(self, state: Optional[Dict], compute) -> Optional[Tensor]:
+        """The rows this step runs the component on: the previous step's subset, reordered by the
+        beam (its caches put back for the run), else ``compute()`` (None: every row)."""
+        rows = self.rows(state)
+        if rows is None:
+            return compute()
         self.restore(state)
-        state.pop(self.key, None)
+        return rows
+
+    def suspend(self, state: Optional[Dict], rows: Tensor, batch: int) -> None:
+        """After running on ``rows``: ``stash`` when decoding incrementally."""
+        if state is not None:
+            self.stash(state, rows, batch)
 
     def reorder(self, state: Dict, new_order: Tensor) -> None:
         entry = state.get(self.key)
