@@ -1,7 +1,7 @@
 # Shared by the quality recipes (sourced, not run): the offline gettext corpus (8 languages, 8k vocabulary;
 # O2M is the head-to-head's corpus, DIRECTION=m2o the same languages into English) and one training/evaluation
 # setting for every model, so runs compare at equal updates. Set UPDATES, OUT and optionally
-# DIRECTION and CORPUS before sourcing. Two recipes at once on a small
+# DIRECTION, CORPUS and SEED (default 1) before sourcing. Two recipes at once on a small
 # CPU machine: give each OMP_NUM_THREADS=1 (two fairseq-train processes with one intra-op thread per
 # core each oversubscribe the cores and ran 10x slower here).
 UPDATES=${UPDATES:-1500}
@@ -30,7 +30,7 @@ train() {  # NAME ARGS...  (re-running resumes an unfinished run and skips a fin
         --optimizer adam --adam-betas '(0.9,0.98)' --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 400 \
         --max-tokens 2048 --max-update "$UPDATES" --save-dir "$OUT/$name" --no-epoch-checkpoints \
         --validate-interval-updates 500 --save-interval-updates 500 --keep-interval-updates 1 \
-        --cpu --num-workers 0 --seed 1 --log-format simple --log-interval 100 "$@" 2>&1 \
+        --cpu --num-workers 0 --seed "${SEED:-1}" --log-format simple --log-interval 100 "$@" 2>&1 \
         | tee "$OUT/$name.train.log" \
         | { grep --line-buffered -E "train_inner|valid on|done training|Error" || true; }
     grep -q "done training" "$OUT/$name.train.log" && touch "$OUT/$name/finished-$UPDATES"
