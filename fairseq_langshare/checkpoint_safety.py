@@ -118,8 +118,10 @@ def install() -> None:
             if not _raised_by_torch_load(error):
                 raise
             raise UnreadableCheckpointError(_explain_unreadable(path, error)) from None
-        except (RuntimeError, OSError, EOFError, ValueError) as error:
-            if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError)) \
+        except Exception as error:  # noqa: BLE001 - torch's weights-only unpickler, fed bytes that are no
+            # checkpoint, raises whatever its stack machine trips on (IndexError, KeyError, ...), not only
+            # UnpicklingError; what does not come from torch's reader, or says nothing of the file, propagates
+            if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError, MemoryError)) \
                     or not _raised_by_torch_load(error):
                 raise
             raise UnreadableCheckpointError(_explain_unreadable(path, error)) from None
