@@ -19,11 +19,15 @@ $(STAMP): setup.py requirements.txt constraints.txt
 
 install: $(STAMP)
 
+# one worker per core, at most 4 (pytest-xdist; each worker holds torch and fairseq and its
+# tests spawn trainings); a file's tests stay on one worker, so the models a module-scoped
+# fixture trains are trained once
+XDIST := -n auto --maxprocesses 4 --dist loadfile
 test: install
-	$(PY) -m pytest -q --durations=10 tests
+	$(PY) -m pytest -q --durations=10 $(XDIST) tests
 
 test-fast: install
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q $(XDIST) -m "not slow" tests
 
 demo: install
 	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/demo.sh

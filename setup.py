@@ -29,7 +29,7 @@ setup(
     python_requires=">=3.8",
     install_requires=requirements(),
     extras_require={
-        "test": ["pytest", "tensorboard"],  # tensorboard: the tests read the event files it writes
+        "test": ["pytest", "pytest-xdist", "tensorboard"],  # tensorboard: the tests read the event files it writes
         "deploy": ["ctranslate2>=4"],
     },
     entry_points={"console_scripts": ["langshare = fairseq_langshare.cli:main"]},
