@@ -100,7 +100,7 @@ def test_training_settings_are_quality_libs(tmp_path):
     text = open(os.path.join(REPO, "scripts", "quality_lib.sh")).read().replace("\\\n", " ")
     command = re.search(r'fairseq-train "\$CORPUS/bin" (.*?) "\$@"', text).group(1)
     values = {"$PKG": head_to_head_runs.PACKAGE_DIR, "$LANGS": "en,xx", "$PAIRS": "en-xx", "$UPDATES": "1500",
-              "$OUT/$name": str(tmp_path / "run")}
+              "$OUT/$name": str(tmp_path / "run"), "${SEED:-1}": "1"}  # SEED unset: seed 1, as the run's
     for var, value in values.items():
         command = command.replace(f'"{var}"', shlex.quote(value))
     theirs = shlex.split(command)
@@ -176,6 +176,21 @@ def test_finished_runs_are_skipped_on_rerun(tmp_path, monkeypatch):
     assert len(failures) == 1 and "fairseq-train failed" in failures[0] and broken.status == "to train"
 
 
+def test_evaluation_decodes_on_the_cpu_also_when_training_on_a_gpu(tmp_path):
+    """Beside the other runs' trainings on one GPU, decoding there took 4-5 minutes per run."""
+    from fairseq_langshare import cli
+
+    run = _fake_run(tmp_path, "a", evaluated=False)
+    (tmp_path / "langs.txt").write_text("en\nfr\n")
+    (tmp_path / "lang_pairs.txt").write_text("en-fr\n")
+    assert "--cpu" not in train_argv(run, device="cuda") and "--cpu" in train_argv(run)
+    argv = head_to_head_runs.evaluate_argv(run)
+    assert argv[1:3] == ["-m", "fairseq_langshare.cli"]
+    args = cli.build_parser().parse_args(argv[3:])
+    assert args.checkpoint == run.checkpoint and args.out_json == run.results
+    assert "--cpu" in shlex.split(args.generate_args)
+
+
 def test_report_section_is_replaced_in_place_and_deltas_pair_seeds(tmp_path):
     md = tmp_path / "results.md"
     md.write_text("# Results\n\nbefore\n")
@@ -194,6 +209,28 @@ def test_report_section_is_replaced_in_place_and_deltas_pair_seeds(tmp_path):
     got = head_to_head_report.collect(runs, out)
     assert {m: [r.seed for r in rs] for m, rs in got["o2m"].items()} == {"baseline": [2], "lsl": [2]}
     assert "o2m/baseline/seed1, o2m/lsl/seed3" in out.getvalue()
+
+
+def test_reporting_one_direction_keeps_the_other_directions_block():
+    settings = {"updates": 2000, "train_flags": ["--lr", "0.002"], "evaluate_flags": ["--beam", "4"],
+                "baseline": "baseline"}
+    previous = {**settings, "generated": "2026-11-23", "seeds": [1, 2, 3],
+                "directions": {"o2m": {"seeds": [1, 2, 3], "models": {"baseline": "o2m entry"}}}}
+    today = {**settings, "generated": "2026-11-26", "seeds": [1],
+             "directions": {"m2o": {"generated": "2026-11-26", "seeds": [1], "models": {"baseline": "m2o entry"}}}}
+    out = io.StringIO()
+    merged = head_to_head_report.keep_other_directions(today, previous, out)
+    assert list(merged["directions"]) == ["o2m", "m2o"] and merged["seeds"] == [1, 2, 3]
+    assert merged["directions"]["o2m"]["models"] == {"baseline": "o2m entry"}
+    assert merged["directions"]["o2m"]["generated"] == "2026-11-23"  # when that block was reported
+    assert merged["directions"]["m2o"] == today["directions"]["m2o"] and out.getvalue() == ""
+    # a direction this run reports again replaces the previous block
+    again = head_to_head_report.keep_other_directions(
+        dict(today, directions={"o2m": {"seeds": [4], "models": {}}}), previous, out)
+    assert again["directions"] == {"o2m": {"seeds": [4], "models": {}}}
+    # runs of other settings are not comparable: left out, with a warning naming the direction
+    other = head_to_head_report.keep_other_directions(dict(today, updates=500), previous, out)
+    assert list(other["directions"]) == ["m2o"] and "o2m block" in out.getvalue()
 
 
 @pytest.mark.slow

@@ -73,13 +73,37 @@ def build(runs: List[Run], n_samples: int = 1000, stream=None) -> Dict:
             print(f"WARNING: unequal inference cost of a trained model: {problem}", file=stream)
         first = next(iter(models.values()))[0]
         data["directions"][direction] = {
-            "corpus": first.corpus.path, "seeds": [r.seed for r in models[BASELINE]],
+            "generated": data["generated"], "corpus": first.corpus.path, "seeds": [r.seed for r in models[BASELINE]],
             "directions": cmp["directions"],
             "equal_inference_cost": not problems, "inference_cost_problems": problems,
             "models": {name: _model_entry(name, seeds, cmp, profiles[name]) for name, seeds in models.items()},
             "comparison": cmp,
         }
     return data
+
+
+def keep_other_directions(data: Dict, previous: Dict, stream=None) -> Dict:
+    """``data`` plus the blocks of ``previous`` (the results JSON already written) for directions
+    ``data`` has no runs of, e.g. O2M reported last week when M2O is run today on another machine.
+    Kept only when trained and evaluated with the same settings; otherwise left out, with a warning."""
+    stream = stream or sys.stdout
+    same = all(previous.get(k) == data[k] for k in ("updates", "train_flags", "evaluate_flags", "baseline"))
+    merged = dict(data, directions=dict(data["directions"]))
+    for direction, block in previous.get("directions", {}).items():
+        if direction in data["directions"]:
+            continue
+        if not same:
+            print(f"WARNING: the {direction} block of the previous results was left out: it was trained or evaluated "
+                  f"with other settings (updates, flags or baseline) than this run", file=stream)
+            continue
+        merged["directions"][direction] = {"generated": previous.get("generated"), **block}
+    merged["directions"] = {d: merged["directions"][d] for d in sorted(merged["directions"], key=_direction_order)}
+    merged["seeds"] = sorted({s for block in merged["directions"].values() for s in block["seeds"]})
+    return merged
+
+
+def _direction_order(direction: str):
+    return (0, "") if direction == "o2m" else (1, direction)
 
 
 # ----------------------------------------------------------------------------- figure
@@ -144,7 +168,8 @@ def markdown(data: Dict, figure_rel: str = None) -> str:
              f"paired bootstrap against the baseline with sacrebleu. Parameters and inference cost are measured on the "
              f"trained models (one sentence per pair, `analysis/inference_cost.py`).", ""]
     for name, block in data["directions"].items():
-        lines += [f"### {name.upper()}", "", f"Seeds {', '.join(map(str, block['seeds']))}.", ""]
+        lines += [f"### {name.upper()}", "", f"Seeds {', '.join(map(str, block['seeds']))}; reported "
+                  f"{block.get('generated') or data['generated']}.", ""]
         lines += model_table({m: (entry["flags"], entry) for m, entry in block["models"].items()})
         if not block["equal_inference_cost"]:
             lines += ["", "**Unequal inference cost:** " + "; ".join(block["inference_cost_problems"])]
@@ -189,6 +214,8 @@ def report(runs: List[Run], out_json: str, out_md: str, figure: str, stream=None
     if not data["directions"]:
         print("no direction has an evaluated baseline yet: nothing to report", file=stream)
         return data
+    if os.path.isfile(out_json):
+        data = keep_other_directions(data, _read_json(out_json, "results"), stream)
     write_json_atomic(out_json, data)
     rel = None
     if figure:

@@ -230,14 +230,22 @@ def train(run: Run, device: str = "cpu") -> None:
     open(os.path.join(run.dir, f"finished-{run.updates}"), "w").close()
 
 
+def evaluate_argv(run: Run) -> List[str]:
+    """``langshare evaluate`` on the test split (beam 4) into test.json/test.md, decoding on the CPU
+    (one thread) also in a ``--device cuda`` run: beam search of these small models is bound by
+    kernel launches, and beside the other runs' trainings on one shared GPU it took 4-5 minutes per
+    run on an H200 (docs/head_to_head.md, "On a GPU") against 73-77 s on one CPU core."""
+    return [sys.executable, "-m", "fairseq_langshare.cli", "evaluate", run.checkpoint, run.corpus.path,
+            *EVALUATE_FLAGS, "--generate-args=--cpu", "--out-json", run.results,
+            "--out-md", os.path.join(run.dir, "test.md")]
+
+
 def evaluate(run: Run) -> None:
-    """``langshare evaluate`` on the test split (beam 4) into test.json/test.md, unless current."""
+    """Evaluate (``evaluate_argv``) unless the results are current."""
     if run.evaluated:
         return
     log = os.path.join(run.dir, "eval.log")
-    argv = [sys.executable, "-m", "fairseq_langshare.cli", "evaluate", run.checkpoint, run.corpus.path,
-            *EVALUATE_FLAGS, "--out-json", run.results, "--out-md", os.path.join(run.dir, "test.md")]
-    if _call(argv, log) != 0:
+    if _call(evaluate_argv(run), log) != 0:
         raise RuntimeError(f"{run.name}: langshare evaluate failed; see {log}")
 
 
