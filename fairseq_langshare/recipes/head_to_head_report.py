@@ -14,7 +14,7 @@ from .. import comparison
 from ..atomic_files import save_figure_atomic, write_json_atomic, write_text_atomic
 from ..evaluation import _read_json
 from .head_to_head_runs import EVALUATE_FLAGS, TRAIN_FLAGS, Run, equal_cost_problems, profile
-from .head_to_head_models import BASELINE
+from .head_to_head_models import BASELINE, DIRECTIONS
 
 START, END = "<!-- head-to-head: start (written by `langshare head-to-head`) -->", "<!-- head-to-head: end -->"
 METRICS = ("bleu", "chrf")
@@ -88,22 +88,18 @@ def keep_other_directions(data: Dict, previous: Dict, stream=None) -> Dict:
     Kept only when trained and evaluated with the same settings; otherwise left out, with a warning."""
     stream = stream or sys.stdout
     same = all(previous.get(k) == data[k] for k in ("updates", "train_flags", "evaluate_flags", "baseline"))
-    merged = dict(data, directions=dict(data["directions"]))
+    directions = dict(data["directions"])
     for direction, block in previous.get("directions", {}).items():
-        if direction in data["directions"]:
+        if direction in directions:
             continue
         if not same:
             print(f"WARNING: the {direction} block of the previous results was left out: it was trained or evaluated "
                   f"with other settings (updates, flags or baseline) than this run", file=stream)
             continue
-        merged["directions"][direction] = {"generated": previous.get("generated"), **block}
-    merged["directions"] = {d: merged["directions"][d] for d in sorted(merged["directions"], key=_direction_order)}
-    merged["seeds"] = sorted({s for block in merged["directions"].values() for s in block["seeds"]})
-    return merged
-
-
-def _direction_order(direction: str):
-    return (0, "") if direction == "o2m" else (1, direction)
+        directions[direction] = {"generated": previous.get("generated"), **block}
+    ordered = {d: directions[d] for d in DIRECTIONS if d in directions}  # the only ones plan() accepts
+    return dict(data, directions=ordered,
+                seeds=sorted({s for block in ordered.values() for s in block["seeds"]}))
 
 
 # ----------------------------------------------------------------------------- figure
