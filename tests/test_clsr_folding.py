@@ -55,6 +55,26 @@ def test_folded_inference_equals_unfolded(corpus, flags, monkeypatch):
     assert folded_hyps == plain_hyps
 
 
+def test_hard_gates_select_one_projection_per_token_and_few_languages_are_cached(corpus, monkeypatch):
+    """Above DENSE_MAX_TOKENS each token runs the projection its gate picks (``_selected``); past
+    FOLD_CACHE_LANGS languages a unit takes two matmuls instead of a cached concatenation: the
+    outputs and translations stay the unfolded path's."""
+    from fairseq_langshare.modules import clsr
+
+    task, model = build(corpus)
+    selected = []
+    run = ClsrUnit._selected
+    monkeypatch.setattr(ClsrUnit, "_selected", lambda self, *a: selected.append(self.name) or run(self, *a))
+    monkeypatch.setattr(clsr, "FOLD_CACHE_LANGS", 1)
+    monkeypatch.setattr(clsr, "DENSE_MAX_TOKENS", 30)  # the forward's 45 tokens select; 27 beams at most are dense
+    folded, folded_hyps = outputs(task, model, True, monkeypatch)
+    assert {n.split(".")[1] for n in selected} == {"self_attn", "cross_attn", "ffn"}
+    assert {len(u._call["folded"]["cats"]) for u in units(model) if u.name.startswith("dec")} == {1}
+    plain, plain_hyps = outputs(task, model, False, monkeypatch)
+    torch.testing.assert_close(folded, plain, atol=1e-5, rtol=1e-4)
+    assert folded_hyps == plain_hyps
+
+
 def test_folds_follow_weight_changes_and_stay_out_of_training(corpus, monkeypatch):
     task, model = build(corpus)
     outputs(task, model, True, monkeypatch)  # folds built

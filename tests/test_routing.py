@@ -123,3 +123,33 @@ def test_models_loaded_together_must_share_one_order():
     with pytest.raises(LanguageInventoryMismatch, match="already loaded checkpoint a.pt"):
         inv.adopt(["en", "de", "fr"], where="checkpoint b.pt")
     assert inv.langs == ["de", "en", "fr"]
+
+
+class _CountCalls(torch.overrides.TorchFunctionMode):
+    def __init__(self, *names):
+        super().__init__()
+        self.names, self.calls = names, []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.names:
+            self.calls.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("batch_dim", [0, 1])
+def test_rows_grouped_by_language_are_sliced_not_gathered(batch_dim):
+    """A batch whose languages each form one block (as the task's inference orders it) routes with
+    slices and one concatenation: no gather, no scatter; the result is the per-row formula's."""
+    W = per_language_affine(6, 4)
+    lang = torch.tensor([5, 5, 0, 0, 0, 3])  # blocks, not sorted
+    x = torch.randn(3, 6, 4) if batch_dim == 1 else torch.randn(6, 4)
+    counter = _CountCalls("index_select", "index_copy", "index_copy_")
+    with counter:
+        y = route_by_language(x, lang, lambda l, xl, _: xl @ W[l], batch_dim=batch_dim)
+    assert counter.calls == []
+    rows = [x.select(batch_dim, b) @ W[lang[b]] for b in range(6)]
+    torch.testing.assert_close(y, torch.stack(rows, dim=batch_dim))
+    interleaved = torch.tensor([5, 0, 5, 0, 3, 0])  # the same languages interleaved: gathered
+    with counter:
+        route_by_language(x, interleaved, lambda l, xl, _: xl @ W[l], batch_dim=batch_dim)
+    assert "index_select" in counter.calls

@@ -88,3 +88,35 @@ def test_plain_fairseq_transformer_trains_on_the_task(corpus):
     assert torch.isfinite(loss)
     assert "src_lang_id" not in task.ensure_lang_ids(batch, model)["net_input"]
     assert "src_lang_id" in batch["net_input"]  # the shared batch is left intact for other models
+
+
+def test_inference_groups_the_batch_by_direction_and_answers_in_the_callers_order(corpus, monkeypatch):
+    """Decoding a mixed batch runs it grouped by direction (each language one block of rows) and
+    gives every sentence the hypotheses it gets when the batch is decoded in its own order."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    import fairseq_langshare.tasks.multilingual_langshare as task_module
+    from test_language_aware_model import collate, mixed_indices
+    from tiny_corpus import build_task_and_model
+
+    task, model, _ = build_task_and_model(corpus, arch="lsl_transformer_tiny", extra=[
+        "--lsl-encoder-layers", "TGT={2}", "--dropout", "0.0"])
+    task.load_dataset("valid")
+    model.eval()
+    batch = collate(task, mixed_indices(task))
+    tgt = batch["net_input"]["tgt_lang_id"]
+    assert not bool((tgt[1:] >= tgt[:-1]).all()), "the test needs an interleaved batch"
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=8)
+    seen = []
+    generate = gen.generate
+    monkeypatch.setattr(gen, "generate", lambda models, sample, **kw: seen.append(sample) or generate(models, sample, **kw))
+    grouped = task.inference_step(gen, [model], batch)
+    ids = seen[-1]["net_input"]["tgt_lang_id"]
+    assert bool((ids[1:] >= ids[:-1]).all())
+    assert sorted(seen[-1]["id"].tolist()) == sorted(batch["id"].tolist())
+    monkeypatch.setattr(task_module, "direction_order", lambda net_input: None)
+    plain = task.inference_step(gen, [model], batch)
+    assert seen[-1]["id"].tolist() == batch["id"].tolist()
+    tokens = lambda hypos: [h[0]["tokens"].tolist() for h in hypos]  # noqa: E731
+    assert tokens(grouped) == tokens(plain)
+    assert len(set(map(tuple, tokens(plain)))) > 1, "the test needs sentences with different outputs"

@@ -13,11 +13,16 @@ with a token-level gate read from the sub-layer input z (Eq. 5):
 
 Inference folding (eval mode, autograd off; never in training): the gate's first layer W1 reads
 the sub-layer input, as q_proj (attention) or fc1 (FFN) does, so one matmul with [W_q; W1]
-computes both; both projections of Eq. 3 come from one matmul with [W^shared; W^lang^T] per
-language present, and the hard gate picks; a fixed-shared FFN unit multiplies W^shared W_fc2
-once; a learned gate whose w2 has no negative entry is always open (G >= 0 for every input) and
-needs no gate at all. The folded weights are computed on first use and recomputed when a
-source weight changes (its storage or version counter: optimizer steps, loads, ``.to()``).
+computes both. With hard gates, a call of up to ``DENSE_MAX_TOKENS`` tokens (incremental decoding
+of a few beams) takes both projections of Eq. 3 from one matmul with [W^shared; W^lang^T] per
+language present and the gate picks; a larger call sends each token through the one projection
+its gate picks (Eq. 3 with g in {0, 1}), the closed tokens of an FFN unit through W^shared W_fc2
+multiplied once, so a token costs what the dense sub-layer costs plus the gate. A fixed-shared FFN
+unit multiplies W^shared W_fc2 once; a learned gate whose w2 has no negative entry is always open
+(G >= 0 for every input) and needs no gate at all. The folded weights are computed on first use
+and recomputed when a source weight changes (its storage or version counter: optimizer steps,
+loads, ``.to()``); the concatenations are kept for at most ``FOLD_CACHE_LANGS`` languages per unit
+(2 d^2 floats each), the other languages take two matmuls.
 """
 
 import math
@@ -36,6 +41,7 @@ __all__ = ["LanguageProjections", "ClsrGate", "ClsrUnit", "GATE_MODES"]
 # (CLSR-Gate); shared / language: gate fixed to 0 / 1 (CLSR-S / CLSR-L, Top-Bottom, Dedicated)
 GATE_MODES = ("learned", "soft", "shared", "language")
 DENSE_MAX_TOKENS = 64
+FOLD_CACHE_LANGS = 8
 
 
 class LanguageProjections(nn.Module):
@@ -258,36 +264,73 @@ class ClsrUnit(nn.Module, ScheduledModule):
                         split=linear.out_features)
             fold["cat_bias"] = torch.cat([shared.bias if shared.bias is not None else shared.weight.new_zeros(
                 shared.out_features), shared.weight.new_zeros(shared.out_features)])
-        if mode == "shared" and pre is not None:  # W^shared (W_fc2 h + b_fc2) + b^shared, one matrix
+        if pre is not None and mode in ("shared", "learned"):  # W^shared (W_fc2 h + b_fc2) + b^shared, one matrix
             fold["shared_weight"] = shared.weight @ pre.weight
-            fold["shared_bias"] = shared.weight @ pre.bias + shared.bias
+            fold["shared_bias"] = shared.weight @ pre.bias + (shared.bias if shared.bias is not None else 0)
         return fold
 
-    def _cat(self, fold, lang: int) -> Tensor:
-        """[W^shared; W^lang^T] of one language (2d x d), built on first use."""
+    def _both(self, fold, lang: int, rows: Tensor) -> Tensor:
+        """[h W^shared + b^shared, h W^lang] of one language's rows (..., 2d): one matmul with
+        [W^shared; W^lang^T] (2d x d, built on first use for up to ``FOLD_CACHE_LANGS`` languages),
+        two for the other languages."""
         cats = fold["cats"]
-        if lang not in cats:
-            cats[lang] = torch.cat([fold["shared"].weight, self.projections.weight[lang].t()])
-        return cats[lang]
+        cat = cats.get(lang)
+        if cat is None:
+            if len(cats) >= FOLD_CACHE_LANGS:
+                return torch.cat([F.linear(rows, fold["shared_w"], fold["shared_b"]),
+                                  rows @ self.projections.weight[lang]], -1)
+            cat = cats[lang] = torch.cat([fold["shared_w"], self.projections.weight[lang].t()])
+        return F.linear(rows, cat, fold["cat_bias"])
+
+    def _selected(self, x: Tensor, gates: Tensor, lang_ids: Tensor, fold) -> Tensor:
+        """Eq. 3 with hard gates, each token through the one projection its gate picks (``x``: the
+        unit's input, fc2's input for an FFN unit). An attention unit projects every token with
+        W^shared and overwrites the open ones (cheaper than gathering the closed ones: measured at
+        256 tokens, d = 128); an FFN unit sends its closed tokens through W^shared W_fc2, one matmul,
+        and only its open tokens through fc2 and W^lang."""
+        T, B = x.shape[:2]
+        flat = x.reshape(T * B, -1)
+        open_ = gates.reshape(-1)
+        opened = open_.nonzero().squeeze(1)  # one sync: the open tokens
+        pre = fold["pre"]
+        if pre is None:
+            out = F.linear(flat, fold["shared_w"], fold["shared_b"])
+        else:
+            closed = (~open_).nonzero().squeeze(1)
+            out = flat.new_empty(T * B, fold["d"])
+            out.index_copy_(0, closed, F.linear(flat.index_select(0, closed), fold["shared_weight"], fold["shared_bias"]))
+        if opened.numel():
+            rows = flat.index_select(0, opened)
+            if pre is not None:
+                rows = F.linear(rows, *pre)
+            langs = languages_present(lang_ids)
+            if len(langs) == 1:
+                lang_out = rows @ self.projections.weight[langs[0]]
+            else:  # the open tokens' languages: each token's sentence's
+                token_langs = lang_ids.expand(T, B).reshape(-1).index_select(0, opened)
+                lang_out = self.projections.tokens(rows, token_langs)
+            out.index_copy_(0, opened, lang_out)
+        return out.view(T, B, -1)
 
     def _folded_forward(self, h: Tensor, gates, fold) -> Tensor:
         mode = fold["mode"]
         if mode == "shared" and "shared_weight" in fold:
             return F.linear(h, fold["shared_weight"], fold["shared_bias"])
+        lang_ids = self.languages.get(self.side)
+        if mode == "learned" and gates.numel() > DENSE_MAX_TOKENS:
+            return self._selected(h, gates, lang_ids, fold)
         pre = fold["pre"]
         if pre is not None:
             h = F.linear(h, *pre)
         if mode == "shared":
             return F.linear(h, fold["shared_w"], fold["shared_b"])
-        lang_ids = self.languages.get(self.side)
         if mode == "language":
             return self.projections(h, lang_ids)
-        bias = fold["cat_bias"]
-        both = route_by_language(h, lang_ids, lambda lang, rows, _: F.linear(rows, self._cat(fold, lang), bias))
+        both = route_by_language(h, lang_ids, lambda lang, rows, _: self._both(fold, lang, rows))
         d = fold["d"]
         shared_out, lang_out = both[..., :d], both[..., d:]
         if mode == "soft":
-            return gates * lang_out + (1 - gates) * shared_out
+            return torch.lerp(shared_out, lang_out, gates)
         return torch.where(gates, lang_out, shared_out)
 
     def forward(self, h: Tensor) -> Tensor:
@@ -308,8 +351,9 @@ class ClsrUnit(nn.Module, ScheduledModule):
         lang_ids = self.languages.get(self.side)
         if mode == "language":
             return self.projections(h, lang_ids)
-        if self.training or mode == "soft":
-            return gates * self.projections(h, lang_ids) + (1 - gates) * F.linear(h, shared.weight, shared.bias)
+        if self.training or mode == "soft":  # g h W^lang + (1 - g) (h W^shared + b), Eq. 3
+            shared_out = F.linear(h, shared.weight, shared.bias)
+            return torch.lerp(shared_out, self.projections(h, lang_ids), gates.to(shared_out.dtype))
         return self._hard_inference(h, gates, lang_ids, shared)
 
     def _hard_inference(self, h: Tensor, open_: Tensor, lang_ids: Tensor, shared: nn.Linear) -> Tensor:

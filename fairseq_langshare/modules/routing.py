@@ -51,9 +51,17 @@ def route_by_language(
             f"route_by_language: lang_ids must have shape ({x.size(batch_dim)},) to match the "
             f"batch dimension {batch_dim} of x, got {tuple(lang_ids.shape)}"
         )
-    langs, counts, order, inverse = _grouping(lang_ids)
+    langs, counts, order, inverse, runs = _grouping(lang_ids)
     if len(langs) == 1:  # single-language batch: no gather, no scatter
         return fn(langs[0], x, padding_mask)
+    if runs is not None:  # each language's rows are one block (a batch grouped by language): slice, no scatter
+        outs, start = [], 0
+        for lang, n in zip(*runs):
+            part = x.narrow(batch_dim, start, n)
+            m = padding_mask.narrow(0, start, n) if padding_mask is not None else None
+            outs.append(fn(lang, part if part.is_contiguous() else part.contiguous(), m))
+            start += n
+        return torch.cat(outs, dim=batch_dim)
     xs = x.index_select(batch_dim, order)
     masks = padding_mask.index_select(0, order) if padding_mask is not None else None
     outs, start = [], 0
@@ -114,7 +122,9 @@ _GROUPING = _TwoEntries()
 
 
 def _grouping(lang_ids: Tensor):
-    """(languages present, their row counts, rows sorted by language, inverse permutation)."""
+    """(languages present, their row counts, rows sorted by language, inverse permutation, runs):
+    ``runs`` = (languages, row counts) in row order when every language's rows are one block (the
+    batch is grouped by language: ``order`` and ``inverse`` are then None), else None."""
     return _GROUPING.get(lang_ids, _compute_grouping)
 
 
@@ -127,11 +137,14 @@ def languages_present(lang_ids: Tensor) -> list:
 def _compute_grouping(lang_ids: Tensor):
     present, counts = torch.unique(lang_ids, sorted=True, return_counts=True)
     if present.numel() == 1:
-        return [int(present[0])], [lang_ids.numel()], None, None
+        return [int(present[0])], [lang_ids.numel()], None, None, None
+    blocks, sizes = torch.unique_consecutive(lang_ids, return_counts=True)
+    if blocks.numel() == present.numel():
+        return present.tolist(), counts.tolist(), None, None, (blocks.tolist(), sizes.tolist())
     order = torch.argsort(lang_ids, stable=True)
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(order.numel(), device=order.device)
-    return present.tolist(), counts.tolist(), order, inverse
+    return present.tolist(), counts.tolist(), order, inverse, None
 
 
 class LanguageIds:

@@ -315,8 +315,47 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         return super().valid_step(self.ensure_lang_ids(sample, model), model, criterion)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """fairseq's, on the batch's sentences grouped by direction (target, then source language):
+        each language's rows are then one block, which per-language components slice instead of
+        gathering and scattering at every layer and decoding step (``route_by_language``; beam
+        search keeps the blocks). The hypotheses come back in the caller's order."""
         sample = self.ensure_lang_ids(sample, models[0])
-        return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+        order = direction_order(sample["net_input"])
+        if order is None:
+            return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+        take = lambda t: None if t is None else t.index_select(0, order.to(t.device))  # noqa: E731
+        hypos = super().inference_step(generator, models, take_rows(sample, order), take(prefix_tokens),
+                                       take(constraints))
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel())
+        return [hypos[i] for i in inverse.tolist()]
+
+
+def direction_order(net_input) -> Optional[torch.Tensor]:
+    """Row order (CPU LongTensor) grouping the batch by direction, or None when it already is (or
+    carries no language ids)."""
+    src, tgt = net_input.get("src_lang_id"), net_input.get("tgt_lang_id")
+    if src is None or tgt is None or tgt.numel() < 2:
+        return None
+    key = (tgt * (int(src.max()) + 1) + src).cpu()
+    if bool((key[1:] >= key[:-1]).all()):
+        return None
+    return torch.argsort(key, stable=True)
+
+
+def take_rows(sample, order: torch.Tensor):
+    """``sample`` with its sentences in ``order``: every tensor of the batch and of its
+    ``net_input`` whose first dimension is the batch."""
+    bsz = order.numel()
+
+    def take(value):
+        if torch.is_tensor(value) and value.dim() and value.size(0) == bsz:
+            return value.index_select(0, order.to(value.device))
+        return value
+
+    taken = {k: take(v) for k, v in sample.items() if k != "net_input"}
+    taken["net_input"] = {k: take(v) for k, v in sample["net_input"].items()}
+    return taken
 
 
 def takes_lang_ids(model) -> bool:
