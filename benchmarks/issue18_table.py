@@ -37,7 +37,8 @@ METHODS = [
       ("multidecoder-vs-baseline", "decode b64"), ("multidecoder-vs-baseline", "train")], [0.97, 0.97, 0.90, None],
      "one direction >= 0.97, mixed >= 0.90"),
 ]
-INVENTORY = [("LSL", "lsl"), ("CLSR", "clsr"), ("latent depth", "latent-depth"), ("multi-decoder", "multidecoder")]
+INVENTORY = [("LSL", "lsl"), ("CLSR", "clsr"), ("latent depth", "latent-depth"),
+             ("adaptive sparsity", "adaptive-sparse"), ("multi-decoder", "multidecoder")]
 
 
 def load(name):

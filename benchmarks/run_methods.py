@@ -29,6 +29,7 @@ MULTIDECODER = ["--arch", "langshare_multistack_transformer_small", "--share-all
                 "--multi-decoder", "tgt-family"]
 LATENT = ["--arch", "latent_depth_transformer_small", "--share-all-embeddings", "--dropout", "0.1",
           "--latent-decoder-target-depth", "3", "--latent-tau-anneal-updates", "1000"]
+ADAPTIVE = ["--arch", "adaptive_sparse_transformer_small", *SPARSE_BASE, "--sparse-t-bar", "0"]
 LSL_SPEC = "SRC={2,3} & TGT={5,6}"
 LSL = ["--arch", "lsl_transformer_small", "--share-all-embeddings", "--dropout", "0.1", "--lsl-encoder-layers", LSL_SPEC]
 SMALL_6 = [*SMALL, "--encoder-layers", "6"]  # lsl_transformer_small's depth: 6 encoder / 2 decoder layers
@@ -105,6 +106,7 @@ COMPARISONS = [
         ("lsl", f"lsl_transformer_small {LSL_SPEC}", LSL),
         ("clsr", "clsr_transformer_small (p = 0.3)", CLSR),
         ("latent-depth", "latent_depth_transformer_small (top 3 of 6 decoder layers)", [*LATENT, "--latent-keep", "top-k"]),
+        ("adaptive-sparse", "adaptive_sparse_transformer_small (heads, FFN blocks and layers)", ADAPTIVE),
         ("multidecoder", "langshare_multistack_transformer_small --multi-decoder tgt-family",
          [*MULTIDECODER, "--language-family-map", FAMILY_MAP]),
     )],

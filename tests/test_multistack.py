@@ -321,6 +321,40 @@ def test_beam_search_mixed_equals_alone(variant):
     assert_beam_search_mixed_equals_alone(task, model, max_len_b=12)
 
 
+def test_batches_grouped_by_direction_run_one_stand_in_per_layer_with_each_rows_own_weights(variant, monkeypatch):
+    """Decoding a batch grouped by direction (as the task decodes) runs one stand-in of each
+    decoder layer over every row, each row through its own group's weights: every sentence gets
+    what it gets alone, incremental decoding equals full decoding, and beam search equals the
+    copies run one by one."""
+    from fairseq_langshare.modules.language_specific_layer import LanguageSpecificDecoderLayer
+    from fairseq_langshare.tasks.multilingual_langshare import direction_order, take_rows
+
+    task, model, sides = variant
+    model = copy.deepcopy(model)
+
+    def grouped(batch):
+        order = direction_order(batch["net_input"])
+        return batch if order is None else take_rows(batch, order)
+
+    calls = []
+    run = LanguageSpecificDecoderLayer._grouped_forward
+    monkeypatch.setattr(LanguageSpecificDecoderLayer, "_grouped_forward", lambda self, *a: calls.append(1) or run(self, *a))
+    batch = grouped(collate(task, mixed_indices(task)))
+    mixed = dict(zip(row_keys(task, batch), logits(model, batch)))
+    for i in mixed_indices(task):
+        alone = collate(task, [i])
+        n = alone["target"].size(1)
+        torch.testing.assert_close(mixed[row_keys(task, alone)[0]][:n], logits(model, alone)[0], atol=1e-5, rtol=1e-4)
+    with torch.no_grad():
+        assert_incremental_equals_full(task, model, batch)
+    assert bool(calls) == ("tgt" in sides)  # the stand-in ran wherever the decoder has groups
+    assert_beam_search_mixed_equals_alone(task, model, collater=lambda idx: grouped(collate(task, idx)), max_len_b=12)
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=12)
+    stand_in = [h[0]["tokens"].tolist() for h in generator.generate([model], batch)]
+    monkeypatch.setattr(LanguageSpecificDecoderLayer, "grouped_inference", False)
+    assert [h[0]["tokens"].tolist() for h in generator.generate([model], batch)] == stand_in
+
+
 def test_beam_search_scores_equal_full_forward_scores(variant):
     """Beam search reorders each group's caches at every step: every hypothesis' score must be
     what a full forward pass gives its tokens."""

@@ -25,7 +25,8 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
-from .routing import LanguageIds, LastResult, languages_present, route_by_language
+from .grouped_copies import RowGroups, grouped_stand_in
+from .routing import LanguageIds, LastResult, _grouping, languages_present, route_by_language
 from .row_subsets import cached_kv as _cached_kv
 from .row_subsets import stand_in as _stand_in
 
@@ -333,16 +334,20 @@ class _IncrementalRouting(FairseqIncrementalState):
         layout = self.get_incremental_state(incremental_state, "layout")
         if layout is None:
             langs = languages_present(lang_ids)
-            layout = {"lang_ids": lang_ids, "single": langs[0] if len(langs) == 1 else None}
+            layout = {"lang_ids": lang_ids, "single": langs[0] if len(langs) == 1 else None,
+                      "grouped": len(langs) > 1 and self._grouped_eligible(lang_ids)}
         elif not _same_ids(layout["lang_ids"], lang_ids):
             raise RuntimeError(
                 "language-specific decoder layer: the rows changed languages since the last decoding step "
                 "without reorder_incremental_state (the encoder_out language ids must be reordered with the state)"
             )
         else:
-            layout = {"lang_ids": lang_ids, "single": layout["single"]}
+            layout = {**layout, "lang_ids": lang_ids}
         self.set_incremental_state(incremental_state, "layout", layout)
         return layout
+
+    def _grouped_eligible(self, lang_ids: Tensor) -> bool:
+        return False
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor, walk_copies: bool = False):
         """``walk_copies``: called by ``reorder_modules``, which does not descend into the copies;
@@ -352,7 +357,9 @@ class _IncrementalRouting(FairseqIncrementalState):
             return incremental_state
         old = layout["lang_ids"]
         new = _reordered(old, new_order)
-        if layout["single"] is not None:  # the copy holds every row: fairseq's order is its order
+        if layout.get("grouped"):  # the stand-in's caches hold every row
+            reorder_modules(self.__dict__["_stand_in"], incremental_state, new_order)
+        elif layout["single"] is not None:  # the copy holds every row: fairseq's order is its order
             if walk_copies:
                 reorder_modules(self.copies[layout["single"]], incremental_state, new_order)
         else:
@@ -364,16 +371,45 @@ class _IncrementalRouting(FairseqIncrementalState):
                 self._restore(lang, incremental_state)
                 reorder_modules(self.copies[lang], incremental_state, sub_order)
                 self._stash(lang, incremental_state)
-        self.set_incremental_state(incremental_state, "layout", {"lang_ids": new, "single": layout["single"]})
+        self.set_incremental_state(incremental_state, "layout", {**layout, "lang_ids": new})
         return incremental_state
 
 
 class LanguageSpecificDecoderLayer(_LanguageCopies, _IncrementalRouting):
-    """One decoder layer per language (decoder LSLs; every layer of a separate decoder)."""
+    """One decoder layer per language (decoder LSLs; every layer of a separate decoder).
+
+    At inference (eval mode, autograd off), a batch whose languages each form one block of rows
+    (as the task decodes it) runs one stand-in of the layer over every row, each row through its
+    own copy's linear and layer-norm weights (``grouped_copies``), instead of one copy per
+    language present; ``grouped_inference = False`` runs the copies one by one."""
+
+    grouped_inference = True
 
     def __init__(self, copies, languages, side):
         super().__init__(copies, languages, side)
         self.init_incremental_state()
+        self.__dict__["_row_groups"] = RowGroups()
+
+    def _grouped_eligible(self, lang_ids: Tensor) -> bool:
+        if not self.grouped_inference or self.training or torch.is_grad_enabled():
+            return False
+        if _grouping(lang_ids)[4] is None:  # languages interleaved: one gather per copy is cheaper
+            return False
+        if "_stand_in" not in self.__dict__:
+            self.__dict__["_stand_in"] = grouped_stand_in(self.copies, self.__dict__["_row_groups"])
+        return self.__dict__["_stand_in"] is not None
+
+    def _grouped_forward(self, ids, x, encoder_out, encoder_padding_mask, incremental_state, self_attn_mask,
+                         self_attn_padding_mask, need_attn, need_head_weights):
+        groups = self.__dict__["_row_groups"]
+        groups.grouping = _grouping(ids)
+        try:
+            y, attn, _ = self.__dict__["_stand_in"](
+                x, encoder_out, encoder_padding_mask, incremental_state, self_attn_mask=self_attn_mask,
+                self_attn_padding_mask=self_attn_padding_mask, need_attn=need_attn, need_head_weights=need_head_weights)
+        finally:
+            groups.grouping = None
+        return y, attn, None
 
     def forward(self, x, encoder_out: Optional[Tensor] = None, encoder_padding_mask: Optional[Tensor] = None,
                 incremental_state: Optional[Dict] = None, prev_self_attn_state=None, prev_attn_state=None,
@@ -383,10 +419,15 @@ class LanguageSpecificDecoderLayer(_LanguageCopies, _IncrementalRouting):
             raise NotImplementedError("language-specific decoder layers do not take prev_self_attn_state/prev_attn_state")
         ids = self.lang_ids()
         if incremental_state is not None:
-            single = self._check_layout(incremental_state, ids)["single"]
+            layout = self._check_layout(incremental_state, ids)
+            single, grouped = layout["single"], layout["grouped"]
         else:
             langs = languages_present(ids)
             single = langs[0] if len(langs) == 1 else None
+            grouped = single is None and self._grouped_eligible(ids)
+        if grouped:
+            return self._grouped_forward(ids, x, encoder_out, encoder_padding_mask, incremental_state, self_attn_mask,
+                                         self_attn_padding_mask, need_attn, need_head_weights)
         if single is not None:  # one language: its copy on the whole batch, no packing
             y, attn, _ = self.copies[single](
                 x, encoder_out, encoder_padding_mask, incremental_state, self_attn_mask=self_attn_mask,
