@@ -73,6 +73,23 @@ def test_hard_gates_select_one_projection_per_token_and_few_languages_are_cached
     plain, plain_hyps = outputs(task, model, False, monkeypatch)
     torch.testing.assert_close(folded, plain, atol=1e-5, rtol=1e-4)
     assert folded_hyps == plain_hyps
+    # decoding steps of a batch grouped by direction (as the task decodes): each language's open
+    # rows are one block
+    from fairseq_langshare.tasks.multilingual_langshare import direction_order, take_rows
+
+    batch = collate(task, mixed_indices(task))
+    batch = take_rows(batch, direction_order(batch["net_input"]))
+    monkeypatch.setattr(clsr, "DENSE_MAX_TOKENS", 4)
+    searched = []
+    search = torch.searchsorted
+    monkeypatch.setattr(torch, "searchsorted", lambda *a, **k: searched.append(1) or search(*a, **k))
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=10)
+    hyps = {}
+    for fold in (True, False):
+        monkeypatch.setattr(ClsrUnit, "fold_inference", fold)
+        with torch.no_grad():
+            hyps[fold] = [h[0]["tokens"].tolist() for h in gen.generate([model], batch)]
+    assert searched and hyps[True] == hyps[False]
 
 
 def test_folds_follow_weight_changes_and_stay_out_of_training(corpus, monkeypatch):

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .routing import LanguageIds, languages_present, route_by_language
+from .routing import LanguageIds, language_grouping, languages_present, route_by_language
 from .schedules import ScheduledModule, linear_ramp
 
 __all__ = ["LanguageProjections", "ClsrGate", "ClsrUnit", "GATE_MODES"]
@@ -303,9 +303,16 @@ class ClsrUnit(nn.Module, ScheduledModule):
             rows = flat.index_select(0, opened)
             if pre is not None:
                 rows = F.linear(rows, *pre)
-            langs = languages_present(lang_ids)
+            langs, _, _, _, blocks = language_grouping(lang_ids)
             if len(langs) == 1:
                 lang_out = rows @ self.projections.weight[langs[0]]
+            elif blocks is not None and T == 1:  # a decoding step grouped by language: the open rows
+                # of each language are one block of ``rows`` (row numbers ascend)
+                ends = torch.tensor(blocks[1], device=opened.device).cumsum(0)
+                cuts = [0] + torch.searchsorted(opened, ends, side="left").tolist()
+                bank = self.projections.weight
+                lang_out = torch.cat([rows.narrow(0, a, b - a) @ bank[lang]
+                                      for lang, a, b in zip(blocks[0], cuts, cuts[1:]) if b > a])
             else:  # the open tokens' languages: each token's sentence's
                 token_langs = lang_ids.expand(T, B).reshape(-1).index_select(0, opened)
                 lang_out = self.projections.tokens(rows, token_langs)

@@ -29,7 +29,7 @@ __all__ = ["RowGroups", "GroupedLinear", "GroupedLayerNorm", "grouped_stand_in"]
 
 
 class RowGroups:
-    """The grouping of the rows (dim 1) of the current call: ``routing._grouping``'s tuple
+    """The grouping of the rows (dim 1) of the current call: ``routing.language_grouping``'s tuple
     (languages, counts, order, inverse, runs), set by the owner before each call."""
 
     __slots__ = ("grouping",)

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
 from .grouped_copies import RowGroups, grouped_stand_in
-from .routing import LanguageIds, LastResult, _grouping, languages_present, route_by_language
+from .routing import LanguageIds, LastResult, language_grouping, languages_present, route_by_language
 from .row_subsets import cached_kv as _cached_kv
 from .row_subsets import stand_in as _stand_in
 
@@ -393,7 +393,7 @@ class LanguageSpecificDecoderLayer(_LanguageCopies, _IncrementalRouting):
     def _grouped_eligible(self, lang_ids: Tensor) -> bool:
         if not self.grouped_inference or self.training or torch.is_grad_enabled():
             return False
-        if _grouping(lang_ids)[4] is None:  # languages interleaved: one gather per copy is cheaper
+        if language_grouping(lang_ids)[4] is None:  # languages interleaved: one gather per copy is cheaper
             return False
         if "_stand_in" not in self.__dict__:
             self.__dict__["_stand_in"] = grouped_stand_in(self.copies, self.__dict__["_row_groups"])
@@ -402,7 +402,7 @@ class LanguageSpecificDecoderLayer(_LanguageCopies, _IncrementalRouting):
     def _grouped_forward(self, ids, x, encoder_out, encoder_padding_mask, incremental_state, self_attn_mask,
                          self_attn_padding_mask, need_attn, need_head_weights):
         groups = self.__dict__["_row_groups"]
-        groups.grouping = _grouping(ids)
+        groups.grouping = language_grouping(ids)
         try:
             y, attn, _ = self.__dict__["_stand_in"](
                 x, encoder_out, encoder_padding_mask, incremental_state, self_attn_mask=self_attn_mask,

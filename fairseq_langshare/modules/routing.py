@@ -2,8 +2,10 @@
 
 A batch mixes language pairs, so the language is a property of each *sentence*.
 ``route_by_language`` groups the rows of a tensor by language id (one gather), calls a
-per-language function once per language present, and puts the rows back (one scatter).
-Its cost grows with the tokens in the batch, not with the size of the inventory.
+per-language function once per language present, and puts the rows back (one scatter); a batch
+whose languages each form one block of rows (the task decodes batches grouped by direction) is
+sliced instead, with one concatenation. Its cost grows with the tokens in the batch, not with the
+size of the inventory.
 
 ``LanguageIds`` carries the per-sentence ids of the current forward call from an encoder or
 decoder to the layers it built. It is bound for the duration of one forward call only
@@ -19,8 +21,8 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-__all__ = ["route_by_language", "languages_present", "LanguageIds", "LanguageGroupIds", "MissingLanguageIds",
-           "LastResult"]
+__all__ = ["route_by_language", "languages_present", "language_grouping", "LanguageIds", "LanguageGroupIds",
+           "MissingLanguageIds", "LastResult"]
 
 
 class MissingLanguageIds(RuntimeError):
@@ -51,7 +53,7 @@ def route_by_language(
             f"route_by_language: lang_ids must have shape ({x.size(batch_dim)},) to match the "
             f"batch dimension {batch_dim} of x, got {tuple(lang_ids.shape)}"
         )
-    langs, counts, order, inverse, runs = _grouping(lang_ids)
+    langs, counts, order, inverse, runs = language_grouping(lang_ids)
     if len(langs) == 1:  # single-language batch: no gather, no scatter
         return fn(langs[0], x, padding_mask)
     if runs is not None:  # each language's rows are one block (a batch grouped by language): slice, no scatter
@@ -121,7 +123,7 @@ class _TwoEntries:
 _GROUPING = _TwoEntries()
 
 
-def _grouping(lang_ids: Tensor):
+def language_grouping(lang_ids: Tensor):
     """(languages present, their row counts, rows sorted by language, inverse permutation, runs):
     ``runs`` = (languages, row counts) in row order when every language's rows are one block (the
     batch is grouped by language: ``order`` and ``inverse`` are then None), else None."""
@@ -131,7 +133,7 @@ def _grouping(lang_ids: Tensor):
 def languages_present(lang_ids: Tensor) -> list:
     """The sorted language ids present in ``lang_ids`` (the routing's own grouping: cached per
     ids tensor, so asking costs no extra device sync)."""
-    return _grouping(lang_ids)[0]
+    return language_grouping(lang_ids)[0]
 
 
 def _compute_grouping(lang_ids: Tensor):
