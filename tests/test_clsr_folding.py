@@ -32,13 +32,18 @@ def outputs(task, model, fold, monkeypatch):
 
 
 @pytest.mark.parametrize("flags", [[], ["--clsr-variant", "gate"], ["--clsr-variant", "shared"],
-                                   ["--clsr-variant", "top-bottom"], ["always-open"]])
+                                   ["--clsr-variant", "top-bottom"], ["always-open"], ["always-closed"]])
 def test_folded_inference_equals_unfolded(corpus, flags, monkeypatch):
     task, model = build(corpus, *[f for f in flags if f.startswith("--") or f in ("gate", "shared", "top-bottom")])
     if flags == ["always-open"]:
         with torch.no_grad():
             for u in units(model)[::2]:
                 u.gate.w2.abs_()  # G >= 0 for every input: folded as a language-specific sub-layer
+    if flags == ["always-closed"]:  # G < 0 for every input: every call of these units takes W^shared alone
+        with torch.no_grad():
+            for u in units(model)[::2]:
+                u.gate.b.fill_(10.0)
+                u.gate.w2.copy_(-u.gate.w2.abs() - 0.1)
     if not flags:
         gates = []
         for u in units(model):
