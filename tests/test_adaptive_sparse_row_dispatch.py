@@ -10,6 +10,7 @@ from fairseq_langshare.modules.scaled_logits import set_scaled_value
 from test_adaptive_sparse import EN, XX, YY, build, set_distinct_logits
 from test_language_aware_model import (
     assert_incremental_equals_full,
+    assert_reordered_decoding_equals_union,
     assert_row_dispatch_equals_union,
     collate,
     mixed_indices,
@@ -63,3 +64,37 @@ def test_incremental_decoding_with_row_subsets_equals_full(sparse):
     task, model = sparse
     with torch.no_grad():
         assert_incremental_equals_full(task, model, collate(task, mixed_indices(task)))
+
+
+def test_subset_caches_follow_any_reorder_of_the_batch(sparse, union):
+    """As latent depth's: every reorder reaches the caches of the layers that ran on subsets."""
+    assert_reordered_decoding_equals_union(*sparse, union)
+
+
+def test_prepared_call_is_kept_for_the_same_languages_and_decision(sparse):
+    """Decoding steps with the same languages share the prepared call (row sets, narrowed plans);
+    other languages or other logits prepare a new one."""
+    task, model = sparse
+    scorer = model.decoder.sparse_scores
+    lang = collate(task, mixed_indices(task))["net_input"]["tgt_lang_id"]
+    scorer.prepare(lang)
+    call = scorer._call
+    rows = {layer: scorer.layer_rows(layer) for layer in range(2)}
+    assert all(r is not None for r in rows.values())
+    scorer.prepare(lang.clone())
+    assert scorer._call is call and all(scorer.layer_rows(l) is r for l, r in rows.items())
+    flipped = lang.flip(0)
+    scorer.prepare(flipped)
+    assert scorer._call is not call
+    for layer in range(2):
+        expected = [i for i, l in enumerate(flipped.tolist()) if KEEP["decoder"][l] == layer]
+        assert scorer.layer_rows(layer).tolist() == expected
+    mu = scorer.logits("layers").detach().clone()
+    try:
+        set_scaled_value(scorer, "layers_logits", mu.flip(1))  # every language keeps the other layer
+        scorer.prepare(lang)
+        for layer in range(2):
+            expected = [i for i, l in enumerate(lang.tolist()) if KEEP["decoder"][l] != layer]
+            assert scorer.layer_rows(layer).tolist() == expected
+    finally:
+        set_scaled_value(scorer, "layers_logits", mu)

@@ -187,6 +187,75 @@ def assert_row_dispatch_equals_union(task, model, union, max_len_b=10):
     assert_beam_search_mixed_equals_alone(task, model, max_len_b=max_len_b)
 
 
+def reorder_schedule(lang_ids, steps, beam, seed=0):
+    """The orders fairseq's beam search may apply before each of ``steps`` decoding steps (a list
+    per step) to a batch of ``lang_ids.numel()`` sentences of ``beam`` adjacent rows each: every row
+    copies a row of its own sentence. Two orders between two steps, sentences that finish (the
+    batch shrinks, the row sets change), and at the last step the sentences of one language only
+    (layers that ran on a subset run on every row or on none)."""
+    gen = torch.Generator().manual_seed(seed)
+    langs = lang_ids.clone()  # of the sentences left
+
+    def beams(sentences):  # each row of these sentences copies a random row of its sentence
+        picks = torch.randint(beam, (sentences.numel() * beam,), generator=gen)
+        return sentences.repeat_interleave(beam) * beam + picks
+
+    schedule = [[]]
+    for t in range(1, steps):
+        left = torch.arange(langs.numel())
+        if t == steps - 1:
+            left = (langs == langs[0]).nonzero().squeeze(1)
+        elif t == 3:  # the first sentence of every language with more than one finishes
+            left = torch.tensor([i for i in range(langs.numel()) if (langs[:i] == langs[i]).any()
+                                 or (langs == langs[i]).sum() == 1])
+        orders = [beams(left)] + ([beams(torch.arange(langs.numel()))] if t == 2 else [])
+        langs = langs[left]
+        schedule.append(orders)
+    return schedule
+
+
+def assert_reordered_decoding_equals_union(task, model, union, steps=6, beam=2):
+    """Incremental decoding of a mixed batch through ``reorder_schedule``'s orders (applied as
+    fairseq applies a beam's: to the incremental state and to the encoder output) gives, at every
+    step and row, the union path's outputs and the full decoding's: the caches of layers that run
+    on row subsets follow every order. On a copy of the model (it sets a beam size)."""
+    import copy
+
+    model = copy.deepcopy(model)
+    model.decoder.set_beam_size(beam)
+    batch = collate(task, mixed_indices(task))
+    prev = batch["net_input"]["prev_output_tokens"]
+    steps = min(steps, prev.size(1))
+    assert steps >= 5
+    schedule = reorder_schedule(batch["net_input"]["tgt_lang_id"], steps, beam)
+    expand = torch.arange(prev.size(0)).repeat_interleave(beam)  # as the generator expands a batch
+    dictionary = task.target_dictionary
+    hypotheses = prev.index_select(0, expand).clone()  # beams with histories of their own (no padding)
+    hypotheses[:, 1:] = torch.randint(dictionary.nspecial, len(dictionary), (hypotheses.size(0), prev.size(1) - 1),
+                                      generator=torch.Generator().manual_seed(1))
+    outputs = []
+    with torch.no_grad():
+        for on in (False, True):
+            union(on)
+            try:
+                enc = model.encoder.reorder_encoder_out(encode(model, batch), expand)
+                state, tokens, outs, full = {}, hypotheses, [], []
+                for t in range(steps):
+                    for order in schedule[t]:
+                        model.decoder.reorder_incremental_state_scripting(state, order)
+                        enc = model.encoder.reorder_encoder_out(enc, order)
+                        tokens = tokens.index_select(0, order)
+                    outs.append(model.decoder(tokens[:, : t + 1], encoder_out=enc, incremental_state=state)[0][:, -1])
+                    full.append(model.decoder(tokens[:, : t + 1], encoder_out=enc)[0][:, -1])
+            finally:
+                union(False)
+            outputs.append((outs, full))
+    (per_row, full), (whole, _) = outputs
+    for t in range(steps):
+        torch.testing.assert_close(per_row[t], whole[t], atol=1e-5, rtol=1e-4, msg=lambda m: f"step {t}: {m}")
+        torch.testing.assert_close(per_row[t], full[t], atol=1e-5, rtol=1e-4, msg=lambda m: f"step {t}, full: {m}")
+
+
 def test_beam_search_keeps_each_hypothesis_language(setup):
     task, _, probe, _ = setup
     assert_beam_search_mixed_equals_alone(task, probe, copy_model=False)  # the probe holds non-leaf tensors

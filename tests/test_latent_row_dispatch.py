@@ -10,6 +10,7 @@ import torch
 from fairseq_langshare.models.latent_depth_transformer import LatentLayerMixin
 from test_language_aware_model import (
     assert_incremental_equals_full,
+    assert_reordered_decoding_equals_union,
     assert_row_dispatch_equals_union,
     collate,
     mixed_indices,
@@ -61,6 +62,47 @@ def test_incremental_decoding_equals_full_with_row_subsets(latent):
     task, model = latent
     with torch.no_grad():
         assert_incremental_equals_full(task, model, collate(task, mixed_indices(task)))
+
+
+def test_subset_caches_follow_any_reorder_of_the_batch(latent, union):
+    """Reorders are applied when a layer next runs, for the rows its plan gives then: beams
+    resampled, two orders in a row, finished sentences (other row sets), and a batch of one
+    language (subset layers run on every row again, or on none)."""
+    assert_reordered_decoding_equals_union(*latent, union)
+
+
+def test_row_sets_are_kept_per_plan_and_follow_the_languages_and_the_logits(latent):
+    """A decoding step with the same languages gets the same plan and row tensors (no sync per
+    step; the stash keeps its row map); other languages or other logits get new ones."""
+    task, model = latent
+    model = copy.deepcopy(model)
+    selector = model.decoder.layer_select
+    lang = collate(task, mixed_indices(task))["net_input"]["tgt_lang_id"]
+
+    def rows(ids):
+        selector.prepare(ids)
+        plan = selector._call["plan"]
+        return plan, {i: selector.plan_rows(i, step) for i, step in enumerate(plan) if torch.is_tensor(step)}
+
+    plan, first = rows(lang)
+    assert first  # the mixed batch disagrees about some layers
+    again_plan, again = rows(lang.clone())
+    assert again_plan is plan and all(again[i] is first[i] for i in first)
+    flipped = lang.flip(0)
+    _, other = rows(flipped)
+    for i, r in other.items():
+        assert torch.equal(r, selector.keep()[flipped, i].nonzero().squeeze(1))
+    assert any(not torch.equal(other[i], first[i]) for i in first)
+    with torch.no_grad():  # the languages swap their layers: same ids, another decision
+        alpha = selector.alpha().detach().clone()
+        xx, yy = task.inventory.id("xx"), task.inventory.id("yy")
+        alpha[[xx, yy]] = alpha[[yy, xx]]
+        selector.set_alpha(alpha)
+    swapped_plan, swapped = rows(lang)
+    assert swapped_plan is not plan
+    for i, r in swapped.items():
+        assert torch.equal(r, selector.keep()[lang, i].nonzero().squeeze(1))
+    assert selector.keep()[xx].tolist() == [bool(l in KEEP["decoder"]["yy"]) for l in range(4)]
 
 
 def test_training_with_a_row_plan_is_differentiable_and_equals_the_union(latent, union, monkeypatch):

@@ -47,7 +47,7 @@ from ..modules.sparse_scores import CATEGORIES, REDUCTIONS, SPARSITY_TYPES, Rout
 from .langshare_transformer import size_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
-from .latent_depth_transformer import trained_languages
+from .latent_depth_transformer import reorder_walk, trained_languages
 
 logger = logging.getLogger(__name__)
 
@@ -340,10 +340,12 @@ class SparseLayerMixin:
             return skipped(x)
         subset = self.__dict__["_subset"]
         if self.row_dispatch and on_rows is not None and gamma is not None:
-            rows = subset.resume(incremental_state, lambda: scorer.layer_rows(self.layer_index))
+            rows = scorer.layer_rows(self.layer_index)
             if rows is not None:
+                subset.resume(incremental_state, rows)
                 with scorer.on_rows(rows):
-                    out = self._configured(lambda: on_rows(rows), gamma.index_select(1, rows), rows.numel())
+                    gamma = scorer.layer_plan(self.layer_index, rows.numel())  # these rows' gamma
+                    out = self._configured(lambda: on_rows(rows), gamma, rows.numel())
                 subset.suspend(incremental_state, rows, x.size(1))
                 return out
         subset.release(incremental_state)  # every row left keeps the layer: fairseq's caches again
@@ -437,25 +439,10 @@ class SparseDecoder(LanguageAwareDecoder):
 
     def reorder_incremental_state_scripting(self, incremental_state, new_order):
         """Walk the stateful modules (listed once) and leave out the layers the last step skipped for
-        every row: the rows left are a subset of that step's, so those layers never run again."""
-        stateful = self.__dict__.get("_stateful")
-        if stateful is None:
-            in_layers, stateful = set(), []
-            for index, layer in enumerate(self.layers):
-                for module in layer.modules():
-                    in_layers.add(id(module))
-                    if hasattr(module, "reorder_incremental_state"):
-                        stateful.append((index, module))
-            stateful += [(None, m) for m in self.modules()
-                         if id(m) not in in_layers and hasattr(m, "reorder_incremental_state")]
-            self.__dict__["_stateful"] = stateful
+        every row: the rows left are a subset of that step's, so those layers never run again. A
+        layer that ran on a subset of rows reorders its stashed caches itself."""
         runs = self.sparse_scores._call.get("runs")
-        for index, module in stateful:
-            if runs is not None and index is not None and not runs[index]:
-                continue
-            result = module.reorder_incremental_state(incremental_state, new_order)
-            if result is not None:
-                incremental_state = result
+        reorder_walk(self, incremental_state, new_order, None if runs is None else [not run for run in runs])
 
 
 # --- the model -----------------------------------------------------------------------------------------

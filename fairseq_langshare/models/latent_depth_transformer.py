@@ -31,7 +31,7 @@ from omegaconf import OmegaConf, open_dict
 
 from ..modules.latent_layers import (KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_from_state,
                                      resolve_keep_rule)
-from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_layer_on_rows, rows_of
+from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_layer_on_rows
 from .langshare_transformer import size_preset
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
 
@@ -229,7 +229,7 @@ class LatentLayerMixin:
             return skipped(x)
         subset = self.__dict__["_subset"]
         if plan is not RUN and self.row_dispatch and on_rows is not None:
-            rows = subset.resume(incremental_state, lambda: rows_of(plan))
+            rows = subset.resume(incremental_state, self.__dict__["selector"].plan_rows(self.layer_index, plan))
             out = self._with_z(None if z is None else z.index_select(1, rows), lambda: on_rows(rows))
             subset.suspend(incremental_state, rows, x.size(1))
             return out
@@ -268,6 +268,32 @@ class LatentDecoderLayer(LatentLayerMixin, TransformerDecoderLayerBase):
                 self_attn_mask, self_attn_padding_mask, need_attn, need_head_weights)
         return self._run(x, lambda: parent(*args), lambda x: (x, None, None),
                          decoder_layer_on_rows(parent, self.encoder_attn, *args), incremental_state)
+
+
+def reorder_walk(decoder, incremental_state, new_order, skip=None):
+    """``reorder_incremental_state`` of the decoder's stateful modules (listed once, on the
+    decoder), but none of layer i's when ``skip[i]``, and none inside a layer whose caches its
+    ``SubsetCaches`` holds (the layer reorders them itself, for the rows that keep it)."""
+    stateful = decoder.__dict__.get("_stateful")
+    if stateful is None:
+        in_layers, stateful = set(), []
+        for index, layer in enumerate(decoder.layers):
+            subset = layer.__dict__.get("_subset")
+            for module in layer.modules():
+                in_layers.add(id(module))
+                if hasattr(module, "reorder_incremental_state"):
+                    stateful.append((index, module, None if module is layer else subset))
+        stateful += [(None, m, None) for m in decoder.modules()
+                     if id(m) not in in_layers and hasattr(m, "reorder_incremental_state")]
+        decoder.__dict__["_stateful"] = stateful
+    for index, module, owner in stateful:
+        if skip is not None and index is not None and skip[index]:
+            continue
+        if owner is not None and owner.holds(incremental_state):
+            continue
+        result = module.reorder_incremental_state(incremental_state, new_order)
+        if result is not None:
+            incremental_state = result
 
 
 class LatentEncoder(LanguageAwareEncoder):
@@ -321,25 +347,11 @@ class LatentDecoder(LanguageAwareDecoder):
     def reorder_incremental_state_scripting(self, incremental_state, new_order):
         """fairseq walks every submodule at every beam step; walk the stateful ones (listed once)
         and leave out the layers the last step skipped for every row: the rows left are a subset of
-        that step's rows, so those layers never run (nor read their caches) again in this search."""
-        stateful = self.__dict__.get("_stateful")
-        if stateful is None:
-            in_layers, stateful = set(), []
-            for index, layer in enumerate(self.layers):
-                for module in layer.modules():
-                    in_layers.add(id(module))
-                    if hasattr(module, "reorder_incremental_state"):
-                        stateful.append((index, module))
-            stateful += [(None, m) for m in self.modules()
-                         if id(m) not in in_layers and hasattr(m, "reorder_incremental_state")]
-            self.__dict__["_stateful"] = stateful
+        that step's rows, so those layers never run (nor read their caches) again in this search.
+        A layer that ran on a subset of rows reorders its stashed caches itself."""
         plan = self.layer_select._call["plan"] if self.layer_select is not None else None
-        for index, module in stateful:
-            if plan is not None and index is not None and plan[index] is SKIP:
-                continue
-            result = module.reorder_incremental_state(incremental_state, new_order)
-            if result is not None:
-                incremental_state = result
+        skip = None if plan is None else [step is SKIP for step in plan]
+        reorder_walk(self, incremental_state, new_order, skip)
 
 
 @register_model("latent_depth_transformer")

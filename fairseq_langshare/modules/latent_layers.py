@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
 from .routing import MissingLanguageIds
+from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_from_state, scaled_value, set_scaled_value
 from .schedules import ScheduledModule, exponential_ramp, linear_ramp
 
@@ -279,10 +280,8 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
             call["plan"] = None
             call["z"] = self._sample(lang_ids)
         else:
-            if not self.training:
-                self._warn_if_undecided()
             call["z"] = None
-            call["plan"] = self._plan(lang_ids)
+            call["plan"] = self._plan(lang_ids, warn=not self.training)
 
     def _sample(self, lang_ids: Tensor) -> Tensor:
         # Algorithm 2 without a second backward: on the other updates the logits are no part of
@@ -304,14 +303,39 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         z_rows = z_table.index_select(0, lang_ids)  # (B, L)
         return z_rows.t().reshape(self.num_layers, 1, -1, 1)
 
-    def _plan(self, lang_ids: Tensor) -> List:
-        keep_rows = self.keep().to(lang_ids.device).index_select(0, lang_ids)  # (B, L)
+    def _plan(self, lang_ids: Tensor, warn: bool = False) -> List:
+        """The plan of every layer for the rows of ``lang_ids``. Kept while the decision and the
+        languages stay the same: every step of a beam search (until sentences finish) gets the same
+        plan, hence the same row sets (``plan_rows``), without a sync."""
+        keep = self.keep()
+        cached = self._cache.get("plan")
+        if cached is not None and cached["keep"] is keep and cached["ids"].shape == lang_ids.shape \
+                and cached["ids"].device == lang_ids.device and torch.equal(cached["ids"], lang_ids):
+            self._report_utilisation()
+            return cached["plan"]
+        if warn:
+            self._warn_if_undecided()
+        keep_rows = keep.to(lang_ids.device).index_select(0, lang_ids)  # (B, L)
         self._report_utilisation()
         any_all = torch.stack([keep_rows.any(0), keep_rows.all(0)]).tolist()  # one sync per call
         plan = []
         for layer, (some, every) in enumerate(zip(*any_all)):
             plan.append(RUN if every else SKIP if not some else keep_rows[:, layer].view(1, -1, 1))
+        # the decision is compared by identity: keep() hands the same tensor while the logits and
+        # the rule keep their values, and a commit or a state load clears self._cache
+        self._cache["plan"] = {"keep": keep, "ids": lang_ids.clone(), "plan": plan, "rows": {}}
         return plan
+
+    def plan_rows(self, layer: int, mask: Tensor) -> Tensor:
+        """Row numbers of ``mask``, the (1, B, 1) plan of ``layer``: one sync per plan, and the same
+        tensor at every step that gets the same plan (``SubsetCaches`` keys its row map on it)."""
+        cached = self._cache.get("plan")
+        if cached is None or cached["plan"][layer] is not mask:  # a plan from elsewhere
+            return rows_of(mask)
+        rows = cached["rows"].get(layer)
+        if rows is None:
+            rows = cached["rows"][layer] = rows_of(mask)
+        return rows
 
     def _report_utilisation(self) -> None:
         """Expected utilisation u_l = mean of q(z_l = 1) over the trained languages (Figure 6),

@@ -216,18 +216,29 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
             raise MissingLanguageIds(
                 f"no {self.side}_lang_id for this batch: the adaptive sparse {self.name} selects components by each "
                 "sentence's language; train and decode with --task multilingual_langshare")
+        if not self.training:
+            tables = self.inference_tables()
+            cached = self.__dict__.get("_prepared")
+            # the same decision for the same languages (every step of a beam search until sentences
+            # finish): the same call, with the row sets and narrowed plans it has computed
+            if cached is not None and cached["tables"] is tables and cached["key"].shape == lang_ids.shape \
+                    and cached["key"].device == lang_ids.device and torch.equal(cached["key"], lang_ids):
+                self._call = cached
+                return
         call = {"batch": lang_ids.numel(), "ids": lang_ids, "training": self.training}
         if self.training:
             call["rows"] = self._sample(lang_ids)
         else:
-            tables = self.inference_tables()
             call["tables"] = tables
+            call["key"] = lang_ids.clone()
+            call["layer_rows"], call["narrowed"] = {}, {}
             if "layers" in tables:
                 gamma = tables["layers"]["value"].to(lang_ids.device).index_select(0, lang_ids)  # (B, D)
                 keep = gamma > 0
                 call["gamma"], call["keep"] = gamma, keep
                 call["rows_keeping"] = keep.sum(0).tolist()  # one sync per call
                 call["runs"] = [n > 0 for n in call["rows_keeping"]]
+            self.__dict__["_prepared"] = call
         self._call = call
 
     def _sample(self, lang_ids: Tensor) -> Dict[str, Tensor]:
@@ -276,17 +287,30 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         call = self._call
         if call["training"] or "keep" not in call or call["rows_keeping"][layer] in (0, call["batch"]):
             return None
-        return rows_of(call["keep"][:, layer])
+        rows = call["layer_rows"].get(layer)  # once per prepared call: the same tensor at every step
+        if rows is None:
+            rows = call["layer_rows"][layer] = rows_of(call["keep"][:, layer])
+        return rows
 
     @contextlib.contextmanager
     def on_rows(self, rows: Tensor):
         """The plans of the call narrowed to ``rows`` (a layer that runs on a subset of the batch:
         its heads and FFN blocks are those of these rows' languages)."""
         call = self._call
-        narrowed = dict(call, batch=rows.numel(), ids=call["ids"].index_select(0, rows))
-        narrowed.pop("keep", None)  # no layer within a layer
-        if "gamma" in call:
-            narrowed["gamma"] = call["gamma"].index_select(0, rows)
+        cache = call.get("narrowed")
+        narrowed = None
+        if cache is not None:
+            entry = cache.get(id(rows))
+            if entry is not None and entry[0] is rows:
+                narrowed = entry[1]
+        if narrowed is None:
+            narrowed = dict(call, batch=rows.numel(), ids=call["ids"].index_select(0, rows))
+            for key in ("keep", "narrowed", "layer_rows", "key"):  # no layer within a layer, no cache
+                narrowed.pop(key, None)
+            if "gamma" in call:
+                narrowed["gamma"] = call["gamma"].index_select(0, rows)
+            if cache is not None:
+                cache[id(rows)] = (rows, narrowed)  # holds rows: its id is not reused meanwhile
         self._call = narrowed
         try:
             yield
