@@ -95,6 +95,11 @@ COMPARISONS = [
       "--encoder-layers", "2", "--sparse-encoder-keep-layers", "2", "--decoder-layers", "6",
       "--sparse-decoder-keep-layers", "3", "--sparse-t-bar", "0"],
      [*SPARSE_BASELINE, "--decoder-layers", "3"], {"b_init": "sparse-distinct-layers"}),
+    # what splitting the rows costs: the same multi-decoder with every target language in one family (A)
+    # or each in its own (B): same work per row, one decoder or four per batch
+    ("multidecoder-4-families-vs-1", "multi-decoder, the 4 target languages in 4 families (decoding mixes them)",
+     [*MULTIDECODER, "--language-family-map", "en=Germanic,fr=F1,nb=F2,th=F3,tg=F4"],
+     [*MULTIDECODER, "--language-family-map", "en=Germanic,fr=F,nb=F,th=F,tg=F"]),
     ("lsl-vs-baseline", f"lsl_transformer_small {LSL_SPEC} (decoding mixes the 4 target languages)",
      LSL, SMALL_6),
     ("lsl-one-direction", f"lsl_transformer_small {LSL_SPEC}, decoding en-fr", LSL, SMALL_6, EN_FR),
@@ -114,6 +119,8 @@ COMPARISONS = [
 
 
 def _a_label(a):
+    if a[-1] == "en=Germanic,fr=F,nb=F,th=F,tg=F":
+        return "multi-decoder, the 4 target languages in one family"
     if a is SMALL:
         return "langshare_transformer_small"
     if a is SMALL_6:

@@ -25,34 +25,23 @@ from fairseq.incremental_decoding_utils import FairseqIncrementalState
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
+from .routing import language_grouping, route_by_language
+
 __all__ = ["RowGroups", "GroupedLinear", "GroupedLayerNorm", "grouped_stand_in"]
 
 
 class RowGroups:
-    """The grouping of the rows (dim 1) of the current call: ``routing.language_grouping``'s tuple
-    (languages, counts, order, inverse, runs), set by the owner before each call."""
+    """The language (or group) ids of the rows (dim 1) of the current call, set by the owner
+    before each call; the grouped modules route by them (``route_by_language``)."""
 
-    __slots__ = ("grouping",)
+    __slots__ = ("ids",)
 
     def __init__(self):
-        self.grouping = None
+        self.ids = None
 
     def apply(self, x: Tensor, fn) -> Tensor:
         """``fn(lang, rows)`` on each language's rows of ``x`` (T, B, C), reassembled."""
-        langs, counts, order, inverse, runs = self.grouping
-        if len(langs) == 1:
-            return fn(langs[0], x)
-        if runs is not None:  # one block per language: slices
-            outs, start = [], 0
-            for lang, n in zip(*runs):
-                outs.append(fn(lang, x.narrow(1, start, n)))
-                start += n
-            return torch.cat(outs, 1)
-        xs, outs, start = x.index_select(1, order), [], 0
-        for lang, n in zip(langs, counts):
-            outs.append(fn(lang, xs.narrow(1, start, n)))
-            start += n
-        return torch.cat(outs, 1).index_select(1, inverse)
+        return route_by_language(x, self.ids, lambda lang, rows, _: fn(lang, rows))
 
 
 class GroupedLinear(nn.Module):
@@ -64,7 +53,7 @@ class GroupedLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         linears = self.linears
-        runs = self.groups.grouping[4]
+        runs = language_grouping(self.groups.ids)[4]
         if runs is not None and x.size(0) == 1 and x.is_contiguous():  # a decoding step: each block's
             # matmul writes its slice of one output (no concatenation)
             rows = x.view(x.size(1), x.size(2))
@@ -121,5 +110,6 @@ def grouped_stand_in(copies: Sequence[nn.Module], groups: RowGroups) -> Optional
             module.init_incremental_state()  # its own caches, apart from copy 0's
         if isinstance(module, MultiheadAttention):
             module.skip_embed_dim_check = True  # the fused path would read q_proj.weight: call the modules
+            module.beam_size = 1  # "beamable" attention projects one row per sentence: every row here
     stand_in.eval()
     return stand_in
