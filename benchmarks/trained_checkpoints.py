@@ -11,7 +11,7 @@ forced to the median reference length, one sentence at a time and in length-sort
 (through the task's ``inference_step``, as ``fairseq-generate``), A and B alternating batch by
 batch, one thread, CPU time. For a CLSR checkpoint it also records its decoder gates at batch 1:
 the open share and how often the beams of a sentence all take the same projection. Writes
-``benchmarks/results/NAME.json``.
+``benchmarks/results/NAME.json`` (``--results-dir``).
 """
 
 import argparse
@@ -66,6 +66,7 @@ def main(argv=None) -> int:
     parser.add_argument("--single", type=int, default=24, help="of those, decoded one at a time")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--results-dir", default=RESULTS, help="where NAME.json goes (default benchmarks/results)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     import fairseq_langshare  # noqa: F401  (registers the models and the task)
@@ -100,7 +101,7 @@ def main(argv=None) -> int:
                                      "clock": "cpu", "values": speeds}
         print(f"{metric}: A {medians['A']:.0f} B {medians['B']:.0f} tokens/s (CPU time), B / A {medians['B'] / medians['A']:.3f}")
     result["loadavg_after"] = os.getloadavg()[0]
-    with open(os.path.join(RESULTS, f"{args.name}.json"), "w") as f:
+    with open(os.path.join(args.results_dir, f"{args.name}.json"), "w") as f:
         json.dump(result, f, indent=1)
     if result["gates_b1"]:
         print("decoder gates at batch 1:", result["gates_b1"])

@@ -171,3 +171,32 @@ def test_williams_orders_balance_positions_and_predecessors():
     assert ran == ["A", "B", "B", "A"]
     with pytest.raises(ValueError, match="even number"):
         harness.williams_orders(["a", "b", "c"])
+
+
+def test_trained_checkpoints_compares_two_checkpoints_and_reads_clsr_gates(corpus, tmp_path):
+    """``benchmarks.trained_checkpoints`` on two checkpoints trained on the same data: a B / A
+    ratio per decoding batch size from the same sentences, and CLSR's decoder gates at batch 1."""
+    from benchmarks import trained_checkpoints
+    from tiny_corpus import task_args, train
+
+    common = ["--criterion", "langshare_label_smoothed_cross_entropy", "--optimizer", "adam", "--lr", "0.005",
+              "--max-tokens", "1000", "--cpu", "--no-epoch-checkpoints", "--num-workers", "0", "--max-update", "6",
+              "--disable-validation", "--share-all-embeddings"]
+    paths = {}
+    for name, arch in (("base", ["--arch", "langshare_transformer_tiny"]),
+                       ("clsr", ["--arch", "clsr_transformer_tiny", "--clsr-encoder-lang", "tgt"])):
+        train(task_args(corpus) + common + arch + ["--save-dir", str(tmp_path / name)])
+        paths[name] = str(tmp_path / name / "checkpoint_last.pt")
+    for b, gates in (("clsr", True), ("base", False)):
+        assert trained_checkpoints.main(["--a", paths["base"], "--b", paths[b], "--data", str(corpus["bin"]),
+                                         "--name", b, "--sentences", "10", "--single", "2", "--reps", "1",
+                                         "--split", "valid", "--results-dir", str(tmp_path)]) == 0
+        result = json.loads((tmp_path / f"{b}.json").read_text())
+        for metric in ("decode_single_tokens_per_s", "decode_batched_tokens_per_s"):
+            m = result["metrics"][metric]
+            assert m["A"] > 0 and m["B"] > 0 and m["ratio"] == pytest.approx(m["B"] / m["A"])
+        if gates:
+            assert 0 <= result["gates_b1"]["open_share"] <= 1 and 0 <= result["gates_b1"]["all_beams_agree"] <= 1
+            assert result["gates_b1"]["unit_steps"] > 0
+        else:
+            assert result["gates_b1"] is None
