@@ -309,7 +309,7 @@ class ClsrUnit(nn.Module, ScheduledModule):
             elif blocks is not None and T == 1:  # a decoding step grouped by language: the open rows
                 # of each language are one block of ``rows`` (row numbers ascend)
                 ends = torch.tensor(blocks[1], device=opened.device).cumsum(0)
-                cuts = [0] + torch.searchsorted(opened, ends, side="left").tolist()
+                cuts = [0] + torch.searchsorted(opened, ends).tolist()
                 bank = self.projections.weight
                 lang_out = torch.cat([rows.narrow(0, a, b - a) @ bank[lang]
                                       for lang, a, b in zip(blocks[0], cuts, cuts[1:]) if b > a])

@@ -54,8 +54,9 @@ class GroupedLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         linears = self.linears
         runs = language_grouping(self.groups.ids)[4]
-        if runs is not None and x.size(0) == 1 and x.is_contiguous():  # a decoding step: each block's
-            # matmul writes its slice of one output (no concatenation)
+        if runs is not None and x.size(0) == 1 and x.is_contiguous() and not torch.is_autocast_enabled():
+            # a decoding step: each block's matmul writes its slice of one output (no concatenation;
+            # autocast does not cast ops given an out= tensor)
             rows = x.view(x.size(1), x.size(2))
             out = x.new_empty(1, rows.size(0), linears[0].out_features)
             flat, start = out.view(rows.size(0), -1), 0
