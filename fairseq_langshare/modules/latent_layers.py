@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
-from .routing import MissingLanguageIds
+from .routing import MissingLanguageIds, same_ids
 from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_from_state, scaled_value, set_scaled_value
 from .schedules import ScheduledModule, exponential_ramp, linear_ramp
@@ -309,8 +309,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         plan, hence the same row sets (``plan_rows``), without a sync."""
         keep = self.keep()
         cached = self._cache.get("plan")
-        if cached is not None and cached["keep"] is keep and cached["ids"].shape == lang_ids.shape \
-                and cached["ids"].device == lang_ids.device and torch.equal(cached["ids"], lang_ids):
+        if cached is not None and cached["keep"] is keep and same_ids(cached["ids"], lang_ids):
             self._report_utilisation()
             return cached["plan"]
         if warn:

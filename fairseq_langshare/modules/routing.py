@@ -21,8 +21,8 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-__all__ = ["route_by_language", "languages_present", "language_grouping", "LanguageIds", "LanguageGroupIds",
-           "MissingLanguageIds", "LastResult"]
+__all__ = ["route_by_language", "languages_present", "language_grouping", "same_ids", "LanguageIds",
+           "LanguageGroupIds", "MissingLanguageIds", "LastResult"]
 
 
 class MissingLanguageIds(RuntimeError):
@@ -134,6 +134,12 @@ def languages_present(lang_ids: Tensor) -> list:
     """The sorted language ids present in ``lang_ids`` (the routing's own grouping: cached per
     ids tensor, so asking costs no extra device sync)."""
     return language_grouping(lang_ids)[0]
+
+
+def same_ids(a: Tensor, b: Tensor) -> bool:
+    """Whether two id tensors hold the same ids in the same rows (shape and device first: no
+    comparison across devices)."""
+    return a.shape == b.shape and a.device == b.device and torch.equal(a, b)
 
 
 def _compute_grouping(lang_ids: Tensor):

@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
 from .latent_layers import gumbel_sigmoid
-from .routing import MissingLanguageIds, route_by_language
+from .routing import MissingLanguageIds, route_by_language, same_ids
 from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_value
 from .schedules import ScheduledModule
@@ -221,8 +221,7 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
             cached = self.__dict__.get("_prepared")
             # the same decision for the same languages (every step of a beam search until sentences
             # finish): the same call, with the row sets and narrowed plans it has computed
-            if cached is not None and cached["tables"] is tables and cached["key"].shape == lang_ids.shape \
-                    and cached["key"].device == lang_ids.device and torch.equal(cached["key"], lang_ids):
+            if cached is not None and cached["tables"] is tables and same_ids(cached["key"], lang_ids):
                 self._call = cached
                 return
         call = {"batch": lang_ids.numel(), "ids": lang_ids, "training": self.training}
