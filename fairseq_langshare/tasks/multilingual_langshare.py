@@ -326,9 +326,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         take = lambda t: None if t is None else t.index_select(0, order.to(t.device))  # noqa: E731
         hypos = super().inference_step(generator, models, take_rows(sample, order), take(prefix_tokens),
                                        take(constraints))
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(order.numel())
-        return [hypos[i] for i in inverse.tolist()]
+        return [hypos[i] for i in torch.argsort(order).tolist()]  # back in the caller's order
 
 
 def direction_order(net_input) -> Optional[torch.Tensor]:
