@@ -176,6 +176,45 @@ def test_finished_runs_are_skipped_on_rerun(tmp_path, monkeypatch):
     assert len(failures) == 1 and "fairseq-train failed" in failures[0] and broken.status == "to train"
 
 
+def test_train_flags_follow_the_head_to_heads_and_a_run_trained_with_other_flags_is_refused(
+        corpora, tmp_path, monkeypatch):
+    """`--train-flags` (make demo's short-budget settings) come after the head-to-head's settings, so
+    they win; they are recorded in the run directory and in the report, and a run directory trained
+    with other flags is refused rather than resumed or skipped as if it were this plan's."""
+    from fairseq import options
+
+    short = ["--max-tokens", "1024", "--dropout", "0"]
+    runs = plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, short)
+    args = options.parse_args_and_arch(options.get_training_parser(), train_argv(runs[0]))
+    assert (args.max_tokens, args.dropout, args.lr) == (1024, 0.0, [0.002])
+    with pytest.raises(ValueError, match="--arch is set by the head-to-head itself"):
+        plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, ["--arch", "transformer"])
+
+    def fake_call(argv, log):  # fairseq-train / langshare evaluate stand-in
+        with open(log, "a") as f:
+            f.write("done training\n")
+        open(os.path.join(os.path.dirname(log), "checkpoint_last.pt"), "w").close()
+        if "--out-json" in argv:
+            with open(argv[argv.index("--out-json") + 1], "w") as f:
+                json.dump({"directions": {}, "hypotheses": {}}, f)
+        return 0
+
+    monkeypatch.setattr(head_to_head_runs, "_call", fake_call)
+    assert head_to_head_runs.execute(runs, jobs=1, stream=io.StringIO()) == [] and runs[0].status == "done"
+    assert plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, short)[0].status == "done"
+    with pytest.raises(ValueError, match="trained with --train-flags '--max-tokens 1024 --dropout 0', this plan "
+                                         "has '\\(none\\)'"):
+        plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10)
+    # a run of before the flags were recorded was trained without any
+    os.remove(os.path.join(runs[0].dir, head_to_head_runs.TRAIN_FLAGS_FILE))
+    assert plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10)[0].status == "done"
+    with pytest.raises(ValueError, match="trained with --train-flags '\\(none\\)'"):
+        plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, short)
+    text = head_to_head_report.markdown({"generated": "today", "updates": 10, "evaluate_flags": ["--beam", "4"],
+                                         "train_flags": list(head_to_head_runs.TRAIN_FLAGS) + short, "directions": {}})
+    assert "`scripts/quality_lib.sh` with `--max-tokens 1024 --dropout 0` after them" in text
+
+
 def test_evaluation_decodes_on_the_cpu_also_when_training_on_a_gpu(tmp_path):
     """Beside the other runs' trainings on one GPU, decoding there took 4-5 minutes per run."""
     from fairseq_langshare import cli

@@ -68,13 +68,14 @@ def print_plan(runs: List[Run], jobs: int, stream=None):
 def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), updates=DEFAULT_UPDATES,
                  runs_dir="runs/head_to_head", corpora=None, jobs=2, device="cpu", dry_run=False, imports=(),
                  out_json="docs/results/head_to_head.json", out_md="docs/results.md",
-                 figure="docs/img/head_to_head.png", analyze=False, examples=0, stream=None):
+                 figure="docs/img/head_to_head.png", analyze=False, examples=0, train_flags=(), stream=None):
     """Plan (and print), then train, evaluate, compare and report; with ``analyze``, run each
-    method's analysis on its first seed; print ``examples`` translations per shown direction.
-    Returns the runs."""
+    method's analysis on its first seed; print ``examples`` translations per shown direction;
+    ``train_flags``: fairseq-train flags of every run after the head-to-head's own (``make demo``'s
+    short-budget settings). Returns the runs."""
     stream = stream or sys.stdout
     corpora = {**DEFAULT_CORPORA, **(corpora or {})}
-    runs = plan(models or [m.name for m in MODELS], directions, seeds, runs_dir, corpora, updates)
+    runs = plan(models or [m.name for m in MODELS], directions, seeds, runs_dir, corpora, updates, train_flags)
     if not dry_run:
         for d in dict.fromkeys(r.direction for r in runs):
             corpus = next(r.corpus for r in runs if r.direction == d)
@@ -112,7 +113,7 @@ def _run(args):
                      seeds=[int(s) for s in args.seeds.split(",")], updates=args.updates, runs_dir=args.runs_dir,
                      corpora=corpora, jobs=args.jobs, device=args.device, dry_run=args.dry_run,
                      imports=args.import_run or (), out_json=args.out_json, out_md=args.out_md, figure=args.figure,
-                     analyze=args.analyze, examples=args.examples)
+                     analyze=args.analyze, examples=args.examples, train_flags=shlex.split(args.train_flags))
     except RuntimeError as error:
         print(f"langshare head-to-head: {error}", file=sys.stderr)
         return 1
@@ -147,6 +148,10 @@ def add_subcommand(subparsers):
     p.add_argument("--examples", type=int, default=0,
                    help="print this many test translations of every model for the largest, a middle and the "
                         "smallest direction")
+    p.add_argument("--train-flags", default="",
+                   help="fairseq-train flags for every run, after the head-to-head's settings (a flag given here "
+                        "wins), recorded in the results; write it with '=', e.g. make demo's "
+                        "--train-flags='--max-tokens 1024 --dropout 0'")
     p.add_argument("--out-json", default="docs/results/head_to_head.json", help="results JSON")
     p.add_argument("--out-md", default="docs/results.md",
                    help="markdown file whose head-to-head section is (re)written")

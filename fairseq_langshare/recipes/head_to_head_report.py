@@ -61,7 +61,7 @@ def build(runs: List[Run], n_samples: int = 1000, stream=None) -> Dict:
     """The results JSON of every evaluated run."""
     stream = stream or sys.stdout
     data = {"generated": datetime.date.today().isoformat(), "updates": runs[0].updates,
-            "seeds": sorted({r.seed for r in runs}), "train_flags": list(TRAIN_FLAGS),
+            "seeds": sorted({r.seed for r in runs}), "train_flags": list(TRAIN_FLAGS) + list(runs[0].train_flags),
             "evaluate_flags": list(EVALUATE_FLAGS), "baseline": BASELINE, "directions": {}}
     for direction, models in collect(runs, stream).items():
         named = [(name, _read_json(r.results, "results")) for name, seeds in models.items() for r in seeds]
@@ -160,7 +160,7 @@ def _thousands(n):
 def markdown(data: Dict, figure_rel: str = None) -> str:
     lines = [START, f"## Head-to-head: every sharing strategy at equal inference cost ({data['generated']})", "",
              f"`langshare head-to-head` (docs/head_to_head.md): {data['updates']} updates per run, "
-             f"the training settings of `scripts/quality_lib.sh`, `langshare evaluate {' '.join(data['evaluate_flags'])}`, "
+             f"the training settings of `scripts/quality_lib.sh`{_extra_flags(data)}, `langshare evaluate {' '.join(data['evaluate_flags'])}`, "
              f"paired bootstrap against the baseline with sacrebleu. Parameters and inference cost are measured on the "
              f"trained models (one sentence per pair, `analysis/inference_cost.py`).", ""]
     for name, block in data["directions"].items():
@@ -173,6 +173,12 @@ def markdown(data: Dict, figure_rel: str = None) -> str:
     if figure_rel:
         lines += [f"![BLEU delta against the baseline per direction]({figure_rel})", ""]
     return "\n".join(lines).rstrip() + "\n" + END + "\n"
+
+
+def _extra_flags(data: Dict) -> str:
+    """ ``with `--train-flags```: what the runs set beyond the head-to-head's own settings."""
+    extra = data["train_flags"][len(TRAIN_FLAGS):] if data["train_flags"][:len(TRAIN_FLAGS)] == list(TRAIN_FLAGS) else []
+    return f" with `{shlex.join(extra)}` after them" if extra else ""
 
 
 def model_table(models: Dict[str, tuple]) -> List[str]:

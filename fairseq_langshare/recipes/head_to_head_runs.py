@@ -9,6 +9,8 @@ when older than the checkpoint or without hypotheses). Each process runs on one 
 """
 
 import argparse
+import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +18,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .head_to_head_models import BASELINE, DIRECTIONS, H2HModel, model as model_named
 
@@ -30,6 +32,10 @@ TRAIN_FLAGS = ("--encoder-langtok", "tgt", "--sampling-method", "temperature", "
                "--warmup-updates", "400", "--max-tokens", "2048")
 CHECKPOINT_FLAGS = ("--no-epoch-checkpoints", "--validate-interval-updates", "500", "--save-interval-updates", "500",
                     "--keep-interval-updates", "1")
+# what every run's command line sets from the plan: --train-flags may not change them
+PLAN_FLAGS = ("--user-dir", "--task", "--langs", "--lang-pairs", "--arch", "--max-update", "--save-dir", "--seed",
+              "--cpu", "--num-workers", "--log-format", "--log-interval")
+TRAIN_FLAGS_FILE = "train_flags.json"  # in a run's directory: the --train-flags it was trained with
 EVALUATE_FLAGS = ("--split", "test", "--beam", "4")  # scripts/quality_lib.sh's and /work/runs/bin/eval.sh's
 CORPUS_FLAGS = dict(num_langs=8, selection="spread", vocab_size=8000, workers=2)  # scripts/quality_lib.sh's
 # Updates per second of one training process, two at a time on two otherwise idle cores, for the
@@ -79,6 +85,7 @@ class Run:
     dir: str
     corpus: Corpus
     updates: int
+    train_flags: Tuple[str, ...] = ()  # --train-flags: after TRAIN_FLAGS, so a flag given there wins
 
     @property
     def name(self) -> str:
@@ -119,16 +126,38 @@ def train_argv(run: Run, device: str = "cpu") -> List[str]:
     """fairseq-train's arguments: scripts/quality_lib.sh's settings, --seed, json logs, the model."""
     corpus = run.corpus
     argv = [os.path.join(corpus.path, "bin"), "--user-dir", PACKAGE_DIR, "--task", "multilingual_langshare",
-            "--langs", corpus.langs, "--lang-pairs", corpus.lang_pairs, *TRAIN_FLAGS,
+            "--langs", corpus.langs, "--lang-pairs", corpus.lang_pairs, *TRAIN_FLAGS, *run.train_flags,
             "--max-update", str(run.updates), "--save-dir", run.dir, *CHECKPOINT_FLAGS,
             *(["--cpu"] if device == "cpu" else []), "--num-workers", "0", "--seed", str(run.seed),
             "--log-format", "json", "--log-interval", "100"]
     return argv + list(run.model.argv(run.direction))
 
 
+def check_train_flags(flags: Sequence[str]) -> Tuple[str, ...]:
+    """``--train-flags`` as given, unless one of them is a flag the plan sets for every run."""
+    owned = [f for f in flags if f.split("=")[0] in PLAN_FLAGS]
+    if owned:
+        raise ValueError(f"--train-flags: {', '.join(owned)} is set by the head-to-head itself; use --models, "
+                         f"--updates, --seeds, --runs-dir or --device instead")
+    return tuple(flags)
+
+
+def trained_with(run: Run) -> Optional[Tuple[str, ...]]:
+    """The --train-flags a run directory was trained with (none recorded: none), or None when it
+    holds no training yet."""
+    path = os.path.join(run.dir, TRAIN_FLAGS_FILE)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return tuple(json.load(f))
+    started = os.path.isfile(run.checkpoint) or os.path.exists(os.path.join(run.dir, f"finished-{run.updates}"))
+    return () if started else None
+
+
 def plan(models: Sequence[str], directions: Sequence[str], seeds: Sequence[int], runs_dir: str,
-         corpora: Dict[str, str], updates: int) -> List[Run]:
-    """Every (direction, seed, model) run, seed-major: all models of seed 1 come first."""
+         corpora: Dict[str, str], updates: int, train_flags: Sequence[str] = ()) -> List[Run]:
+    """Every (direction, seed, model) run, seed-major: all models of seed 1 come first. A run
+    directory trained with other ``train_flags`` is refused: it would be resumed or skipped as if it
+    were this plan's."""
     if BASELINE not in models:
         raise ValueError(f"--models must include {BASELINE}: every model is compared with it")
     chosen = [model_named(m) for m in models]
@@ -137,8 +166,15 @@ def plan(models: Sequence[str], directions: Sequence[str], seeds: Sequence[int],
             raise ValueError(f"unknown direction {d!r}: choose from {', '.join(DIRECTIONS)}")
     if updates < 1 or not seeds or min(seeds) < 1:
         raise ValueError("--updates and every --seeds value must be positive integers")
-    return [Run(d, m, s, os.path.join(runs_dir, d, m.name, f"seed{s}"), Corpus(corpora[d], d), updates)
+    extra = check_train_flags(train_flags)
+    runs = [Run(d, m, s, os.path.join(runs_dir, d, m.name, f"seed{s}"), Corpus(corpora[d], d), updates, extra)
             for d in directions for s in seeds for m in chosen]
+    for run in runs:
+        before = trained_with(run)
+        if before is not None and before != extra:
+            raise ValueError(f"{run.dir} was trained with --train-flags {' '.join(before) or '(none)'!r}, this plan "
+                             f"has {' '.join(extra) or '(none)'!r}: pass the same flags or another --runs-dir")
+    return runs
 
 
 # ----------------------------------------------------------------------------- building the models
@@ -182,7 +218,7 @@ def profile(run: Run, checkpoint: Optional[str] = None, corpus: Optional[Corpus]
     from ..analysis.inference_cost import inference_profile, parameters
 
     if corpus is not None:
-        run = Run(run.direction, run.model, run.seed, run.dir, corpus, run.updates)
+        run = dataclasses.replace(run, corpus=corpus)
     model, task, args = build(run, checkpoint)
     ids = {p: tuple(task.inventory.id(x) for x in p.split("-")) for p in run.corpus.lang_pairs.split(",")}
     return {"parameters": parameters(model, ids, args),
@@ -219,6 +255,8 @@ def train(run: Run, device: str = "cpu") -> None:
     if run.trained:
         return
     os.makedirs(run.dir, exist_ok=True)
+    with open(os.path.join(run.dir, TRAIN_FLAGS_FILE), "w", encoding="utf-8") as f:
+        json.dump(list(run.train_flags), f)
     log = os.path.join(run.dir, "train.log")
     code = _call([sys.executable, "-m", "fairseq_cli.train", *train_argv(run, device)], log)
     done = False
