@@ -183,10 +183,10 @@ def test_train_flags_follow_the_head_to_heads_and_a_run_trained_with_other_flags
     with other flags is refused rather than resumed or skipped as if it were this plan's."""
     from fairseq import options
 
-    short = ["--max-tokens", "1024", "--dropout", "0"]
+    short = ["--max-tokens", "1024", "--dropout", "0", "--save-interval-updates", "5"]
     runs = plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, short)
     args = options.parse_args_and_arch(options.get_training_parser(), train_argv(runs[0]))
-    assert (args.max_tokens, args.dropout, args.lr) == (1024, 0.0, [0.002])
+    assert (args.max_tokens, args.dropout, args.save_interval_updates, args.lr) == (1024, 0.0, 5, [0.002])
     with pytest.raises(ValueError, match="--arch is set by the head-to-head itself"):
         plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, ["--arch", "transformer"])
 
@@ -202,8 +202,8 @@ def test_train_flags_follow_the_head_to_heads_and_a_run_trained_with_other_flags
     monkeypatch.setattr(head_to_head_runs, "_call", fake_call)
     assert head_to_head_runs.execute(runs, jobs=1, stream=io.StringIO()) == [] and runs[0].status == "done"
     assert plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, short)[0].status == "done"
-    with pytest.raises(ValueError, match="trained with --train-flags '--max-tokens 1024 --dropout 0', this plan "
-                                         "has '\\(none\\)'"):
+    with pytest.raises(ValueError, match="trained with --train-flags '--max-tokens 1024 --dropout 0 "
+                                         "--save-interval-updates 5', this plan has '\\(none\\)'"):
         plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10)
     # a run of before the flags were recorded was trained without any
     os.remove(os.path.join(runs[0].dir, head_to_head_runs.TRAIN_FLAGS_FILE))
@@ -212,7 +212,7 @@ def test_train_flags_follow_the_head_to_heads_and_a_run_trained_with_other_flags
         plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, short)
     text = head_to_head_report.markdown({"generated": "today", "updates": 10, "evaluate_flags": ["--beam", "4"],
                                          "train_flags": list(head_to_head_runs.TRAIN_FLAGS) + short, "directions": {}})
-    assert "`scripts/quality_lib.sh` with `--max-tokens 1024 --dropout 0` after them" in text
+    assert "`scripts/quality_lib.sh` with `--max-tokens 1024 --dropout 0 --save-interval-updates 5` after them" in text
 
 
 def test_evaluation_decodes_on_the_cpu_also_when_training_on_a_gpu(tmp_path):

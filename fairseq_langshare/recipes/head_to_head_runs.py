@@ -34,7 +34,7 @@ CHECKPOINT_FLAGS = ("--no-epoch-checkpoints", "--validate-interval-updates", "50
                     "--keep-interval-updates", "1")
 # what every run's command line sets from the plan: --train-flags may not change them
 PLAN_FLAGS = ("--user-dir", "--task", "--langs", "--lang-pairs", "--arch", "--max-update", "--save-dir", "--seed",
-              "--cpu", "--num-workers", "--log-format", "--log-interval")
+              "--cpu", "--num-workers", "--log-format", "--log-interval", "--no-save", "--no-last-checkpoints")
 TRAIN_FLAGS_FILE = "train_flags.json"  # in a run's directory: the --train-flags it was trained with
 EVALUATE_FLAGS = ("--split", "test", "--beam", "4")  # scripts/quality_lib.sh's and /work/runs/bin/eval.sh's
 CORPUS_FLAGS = dict(num_langs=8, selection="spread", vocab_size=8000, workers=2)  # scripts/quality_lib.sh's
@@ -85,7 +85,7 @@ class Run:
     dir: str
     corpus: Corpus
     updates: int
-    train_flags: Tuple[str, ...] = ()  # --train-flags: after TRAIN_FLAGS, so a flag given there wins
+    train_flags: Tuple[str, ...] = ()  # --train-flags: after TRAIN_FLAGS and CHECKPOINT_FLAGS, so they win
 
     @property
     def name(self) -> str:
@@ -126,8 +126,8 @@ def train_argv(run: Run, device: str = "cpu") -> List[str]:
     """fairseq-train's arguments: scripts/quality_lib.sh's settings, --seed, json logs, the model."""
     corpus = run.corpus
     argv = [os.path.join(corpus.path, "bin"), "--user-dir", PACKAGE_DIR, "--task", "multilingual_langshare",
-            "--langs", corpus.langs, "--lang-pairs", corpus.lang_pairs, *TRAIN_FLAGS, *run.train_flags,
-            "--max-update", str(run.updates), "--save-dir", run.dir, *CHECKPOINT_FLAGS,
+            "--langs", corpus.langs, "--lang-pairs", corpus.lang_pairs, *TRAIN_FLAGS,
+            "--max-update", str(run.updates), "--save-dir", run.dir, *CHECKPOINT_FLAGS, *run.train_flags,
             *(["--cpu"] if device == "cpu" else []), "--num-workers", "0", "--seed", str(run.seed),
             "--log-format", "json", "--log-interval", "100"]
     return argv + list(run.model.argv(run.direction))
