@@ -187,6 +187,10 @@ def test_train_flags_follow_the_head_to_heads_and_a_run_trained_with_other_flags
     runs = plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, short)
     args = options.parse_args_and_arch(options.get_training_parser(), train_argv(runs[0]))
     assert (args.max_tokens, args.dropout, args.save_interval_updates, args.lr) == (1024, 0.0, 5, [0.002])
+    rate = head_to_head_runs.UPDATES_PER_SECOND["baseline"]  # the --dry-run estimate follows the batch size
+    assert head_to_head.updates_per_second(runs[0]) == pytest.approx(2 * rate)
+    assert head_to_head.updates_per_second(plan(["baseline"], ["m2o"], [1], str(tmp_path / "other"), corpora, 10,
+                                                ["--max-tokens=512"])[0]) == pytest.approx(4 * rate)
     with pytest.raises(ValueError, match="--arch is set by the head-to-head itself"):
         plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, ["--arch", "transformer"])
 

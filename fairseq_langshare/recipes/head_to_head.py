@@ -17,11 +17,30 @@ from typing import List
 
 from . import head_to_head_report
 from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
-from .head_to_head_runs import (DEFAULT_CORPORA, DEFAULT_UPDATES, EVALUATE_SECONDS, UPDATES_PER_SECOND, Run,
-                                _standin_data, equal_cost_problems, execute, import_run, plan, profile, train_argv)
+from .head_to_head_runs import (DEFAULT_CORPORA, DEFAULT_UPDATES, EVALUATE_SECONDS, TRAIN_FLAGS, UPDATES_PER_SECOND,
+                                Run, _standin_data, equal_cost_problems, execute, import_run, plan, profile, train_argv)
 
 
 # ----------------------------------------------------------------------------- the plan
+def updates_per_second(run: Run) -> float:
+    """UPDATES_PER_SECOND of the run's model, for the batch size it trains with: a training
+    processes about as many tokens per second at 1,024 as at 2,048 tokens per batch (8.6 against
+    4.1 updates/s on one thread, docs/results.md, "make demo"), so a --max-tokens in --train-flags
+    scales the rate."""
+    def max_tokens(flags):
+        value = None
+        for i, flag in enumerate(flags):
+            if flag == "--max-tokens" and i + 1 < len(flags):
+                value = flags[i + 1]
+            elif flag.startswith("--max-tokens="):
+                value = flag.split("=", 1)[1]
+        return int(value) if value else None
+
+    rate = UPDATES_PER_SECOND.get(run.model.name, 2.0)
+    mine = max_tokens(list(run.train_flags))
+    return rate * max_tokens(list(TRAIN_FLAGS)) / mine if mine else rate
+
+
 def print_plan(runs: List[Run], jobs: int, stream=None):
     """Models with flags, reasons, parameters and measured inference cost; every run's status; the
     estimated time. Raises when a model's inference cost differs from the baseline's. Returns the
@@ -56,7 +75,7 @@ def print_plan(runs: List[Run], jobs: int, stream=None):
     for r in runs:
         print(f"{r.status:12s} {r.name:32s} {r.dir}", file=stream)
     todo = [r for r in runs if r.status != "done"]
-    seconds = sum((0 if r.trained else r.updates / UPDATES_PER_SECOND.get(r.model.name, 2.0)) + EVALUATE_SECONDS
+    seconds = sum((0 if r.trained else r.updates / updates_per_second(r)) + EVALUATE_SECONDS
                   for r in todo) / max(1, jobs)
     print(f"\n# {len(todo)} runs to do: about {seconds / 3600:.1f} h on 2 otherwise idle cores, {jobs} at a time "
           f"(speeds: UPDATES_PER_SECOND in fairseq_langshare/recipes/head_to_head_runs.py; longer under load)",
