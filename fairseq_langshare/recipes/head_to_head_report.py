@@ -160,7 +160,8 @@ def _thousands(n):
 def markdown(data: Dict, figure_rel: str = None) -> str:
     lines = [START, f"## Head-to-head: every sharing strategy at equal inference cost ({data['generated']})", "",
              f"`langshare head-to-head` (docs/head_to_head.md): {data['updates']} updates per run, "
-             f"the training settings of `scripts/quality_lib.sh`{_extra_flags(data)}, `langshare evaluate {' '.join(data['evaluate_flags'])}`, "
+             f"the training settings of `scripts/quality_lib.sh`{_extra_flags(data)}, "
+             f"`langshare evaluate {' '.join(data['evaluate_flags'])}`, "
              f"paired bootstrap against the baseline with sacrebleu. Parameters and inference cost are measured on the "
              f"trained models (one sentence per pair, `analysis/inference_cost.py`).", ""]
     for name, block in data["directions"].items():
@@ -176,8 +177,9 @@ def markdown(data: Dict, figure_rel: str = None) -> str:
 
 
 def _extra_flags(data: Dict) -> str:
-    """ ``with `--train-flags```: what the runs set beyond the head-to-head's own settings."""
-    extra = data["train_flags"][len(TRAIN_FLAGS):] if data["train_flags"][:len(TRAIN_FLAGS)] == list(TRAIN_FLAGS) else []
+    """`` with `FLAGS` after them``: the --train-flags the runs added to the head-to-head's settings."""
+    own = list(TRAIN_FLAGS)
+    extra = data["train_flags"][len(own):] if data["train_flags"][:len(own)] == own else []
     return f" with `{shlex.join(extra)}` after them" if extra else ""
 
 
