@@ -66,6 +66,11 @@ def test_plan_every_model_runs_the_baselines_layers_and_widths(corpora, tmp_path
             assert profiles[name]["parameters"]["total"] > prenorm
             assert set(profiles[name]["parameters"]["per_pair"].values()) == {prenorm}, name
         assert equal_cost_problems(profiles) == []
+        # FLOPs per sentence: CLSR adds a gate and a d x d projection per sub-layer, adapters a bottleneck;
+        # what CLSR folds once after loading (d x d x FFN products) must not count as a cost of each sentence
+        flops = {name: sum(p["flops"] for p in prof["inference"].values()) for name, prof in profiles.items()}
+        assert 1.0 < flops["adapters"] / flops["baseline"] < 1.1, flops
+        assert 1.0 < flops["clsr"] / flops["baseline"] < 1.4, flops
     text = out.getvalue()
     for m in MODELS:
         assert f"| {m.name} | `--arch {m.arch}" in text

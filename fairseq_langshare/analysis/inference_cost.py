@@ -11,7 +11,8 @@ Transformer layer it holds, including per-language copies, and reports per stack
   (projected width / head size where the projections run as modules, else the module's heads);
 
 and the floating-point operations of the whole pass (``torch.utils.flop_counter``), which show
-what a method adds on top of the layers (adapters, CLSR gates and projections).
+what a method adds on top of the layers (adapters, CLSR gates and projections); the pass is run
+once before it is counted, so that what a model computes once after loading is not counted.
 ``parameters(model, pairs)``: the total and, per pair, what ``effective_parameters`` reports or
 what the model's per-pair export keeps.
 """
@@ -82,10 +83,16 @@ def inference_profile(model, src_lang_id: int, tgt_lang_id: int, length: int = 1
                      torch.full((1, 1), model.encoder.dictionary.eos())], 1)
     prev = torch.cat([torch.full((1, 1), model.decoder.dictionary.eos()),
                       _sentence(model.decoder.dictionary, length, g)], 1)
+    def forward():
+        model(src, torch.tensor([src.size(1)]), prev, src_lang_id=torch.tensor([src_lang_id]),
+              tgt_lang_id=torch.tensor([tgt_lang_id]))
+
     try:
+        # once uncounted: what a model computes once after loading (CLSR's folded matrices,
+        # docs/clsr.md "The inference path") is not a cost of every sentence
+        forward()
         with _recording(model) as records, FlopCounterMode(display=False) as flops:
-            model(src, torch.tensor([src.size(1)]), prev, src_lang_id=torch.tensor([src_lang_id]),
-                  tgt_lang_id=torch.tensor([tgt_lang_id]))
+            forward()
     finally:
         model.train(was_training)
     out = {"flops": int(flops.get_total_flops())}
