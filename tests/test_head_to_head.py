@@ -143,10 +143,10 @@ def _fake_run(tmp_path, name, seed=1, updates=10, evaluated=True, hypotheses=Tru
     return run
 
 
-def test_finished_runs_are_skipped_on_rerun(tmp_path, monkeypatch):
-    calls = []
-
-    def fake_call(argv, log):  # fairseq-train / langshare evaluate stand-in
+def _fake_call(calls):
+    """A stand-in for ``head_to_head_runs._call`` that runs fairseq-train / langshare evaluate as
+    finishing at once, recording each one's module in ``calls``."""
+    def fake_call(argv, log):
         calls.append(argv[2])
         with open(log, "a") as f:
             f.write("done training\n" if argv[2] == "fairseq_cli.train" else "")
@@ -157,7 +157,13 @@ def test_finished_runs_are_skipped_on_rerun(tmp_path, monkeypatch):
                 json.dump({"directions": {}, "hypotheses": {}}, f)
         return 0
 
-    monkeypatch.setattr(head_to_head_runs, "_call", fake_call)
+    return fake_call
+
+
+def test_finished_runs_are_skipped_on_rerun(tmp_path, monkeypatch):
+    calls = []
+
+    monkeypatch.setattr(head_to_head_runs, "_call", _fake_call(calls))
     done = _fake_run(tmp_path, "a")
     stale = _fake_run(tmp_path, "b", hypotheses=False)  # evaluated before hypotheses were stored
     trained = _fake_run(tmp_path, "c", evaluated=False)
@@ -199,16 +205,7 @@ def test_train_flags_follow_the_head_to_heads_and_a_run_trained_with_other_flags
     with pytest.raises(ValueError, match="--arch is set by the head-to-head itself"):
         plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, ["--arch", "transformer"])
 
-    def fake_call(argv, log):  # fairseq-train / langshare evaluate stand-in
-        with open(log, "a") as f:
-            f.write("done training\n")
-        open(os.path.join(os.path.dirname(log), "checkpoint_last.pt"), "w").close()
-        if "--out-json" in argv:
-            with open(argv[argv.index("--out-json") + 1], "w") as f:
-                json.dump({"directions": {}, "hypotheses": {}}, f)
-        return 0
-
-    monkeypatch.setattr(head_to_head_runs, "_call", fake_call)
+    monkeypatch.setattr(head_to_head_runs, "_call", _fake_call([]))
     assert head_to_head_runs.execute(runs, jobs=1, stream=io.StringIO()) == [] and runs[0].status == "done"
     assert plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, short)[0].status == "done"
     with pytest.raises(ValueError, match="trained with --train-flags '--max-tokens 1024 --dropout 0 "
