@@ -20,7 +20,6 @@ from fairseq_langshare.modules.latent_layers import (
     gumbel_sigmoid,
     keep_table,
     kl_to_prior,
-    shared_undecided,
     target_depth_loss,
 )
 from fairseq_langshare.modules.routing import MissingLanguageIds
@@ -351,8 +350,7 @@ def decoder_layers_run(model, batch):
 
 
 def test_inference_runs_exactly_the_network_training_committed_to(corpus):
-    task, model, args = build(corpus, "--latent-decoder-target-depth", "2", "--latent-commit-updates", "10",
-                              "--latent-commit-undecided", "own")
+    task, model, args = build(corpus, "--latent-decoder-target-depth", "2", "--latent-commit-updates", "10")
     selector = model.decoder.layer_select
     selector.set_alpha(torch.tensor(UNDECIDED))  # top 2: layers 2, 3 for xx and 1, 4 for yy
     to_xx, to_yy = collate(task, [0, 1]), collate(task, [20, 21])
@@ -376,39 +374,6 @@ def test_inference_runs_exactly_the_network_training_committed_to(corpus):
     assert changes["decoder_layers"] == 2
     torch.testing.assert_close(weights["decoder.layers.0.fc1.weight"], model.decoder.layers[1].fc1.weight)
     torch.testing.assert_close(weights["decoder.layers.1.fc1.weight"], model.decoder.layers[2].fc1.weight)
-
-
-def test_the_commit_shares_the_layers_of_undecided_posteriors_and_keeps_decided_ones():
-    """Undecided posteriors follow the languages' mean posterior; decided ones their own: a split
-    of near-equal posteriors is not frozen in, a decided language keeps its decision."""
-    languages = torch.tensor([False, True, True])  # en never a target
-    undecided = torch.tensor([[5.0] * 4, [-0.1, 0.1, 0.3, -0.2], [0.3, -0.1, -0.2, 0.1]])  # mean: 1 > 3 > 2 > 4
-    assert keep_table(undecided, "top-k", top_k=2)[1:].nonzero().tolist() == [[0, 1], [0, 2], [1, 0], [1, 3]]
-    shared = shared_undecided(undecided, "top-k", top_k=2, languages=languages)
-    assert shared[1:].nonzero().tolist() == [[0, 0], [0, 2], [1, 0], [1, 2]]
-    assert shared_undecided(undecided, "threshold", 0.52, languages=languages)[1:].nonzero().tolist() == [[0, 0], [1, 0]]
-    # xx decided to keep layer 4 and skip layer 1: its decisions stand, the undecided rest follows the mean
-    decided = torch.tensor([[0.0] * 4, [-3.0, 0.1, 0.3, 3.0], [0.3, -0.3, -0.2, 0.1]])
-    shared = shared_undecided(decided, "top-k", top_k=2, languages=languages)
-    assert shared[XX].nonzero().squeeze(1).tolist() == [2, 3]
-    assert shared_undecided(decided, "threshold", 0.5, languages=languages)[XX].tolist() == [False, False, True, True]
-    # every posterior decided: the rule of keep_table
-    sure = torch.tensor([[0.0] * 4, [-3.0, 3.0, 3.0, -3.0], [3.0, -3.0, -3.0, 3.0]])
-    assert torch.equal(shared_undecided(sure, "top-k", top_k=2, languages=languages)[1:],
-                       keep_table(sure, "top-k", top_k=2)[1:])
-
-
-def test_a_commit_of_undecided_posteriors_gives_every_language_the_same_layers_by_default(corpus):
-    task, model, _ = build(corpus, "--latent-decoder-target-depth", "2", "--latent-commit-updates", "10")
-    selector = model.decoder.layer_select
-    selector.set_alpha(torch.tensor([[0.0] * 4, [-0.1, 0.1, 0.3, -0.2], [0.3, -0.1, -0.2, 0.1]]))
-    model.train()
-    model.set_num_updates(10)
-    ran_xx, _ = decoder_layers_run(model, collate(task, [0, 1]))
-    ran_yy, _ = decoder_layers_run(model, collate(task, [20, 21]))
-    assert selector.is_committed() and ran_xx == ran_yy == [0, 2]  # the top 2 of the mean over xx and yy
-    model.eval()
-    assert decoder_layers_run(model, collate(task, [0, 20]))[0] == [0, 2]
 
 
 @pytest.mark.parametrize("flags,kept", [(["--latent-decoder-target-depth", "2"], [1, 2]), ([], [1, 2])])

@@ -29,8 +29,8 @@ from fairseq.models.transformer.transformer_legacy import base_architecture
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from omegaconf import OmegaConf, open_dict
 
-from ..modules.latent_layers import (KEEP_RULES, PRIORS, RUN, SKIP, UNDECIDED_RULES, LayerSelector,
-                                     keep_from_state, resolve_keep_rule)
+from ..modules.latent_layers import (KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_from_state,
+                                     resolve_keep_rule)
 from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_layer_on_rows
 from .langshare_transformer import size_preset
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
@@ -41,7 +41,6 @@ STACKS = ChoiceEnum(["decoder", "encoder", "both"])
 SIDES = ChoiceEnum(["src", "tgt"])
 PRIOR_CHOICES = ChoiceEnum(list(PRIORS))
 KEEP_CHOICES = ChoiceEnum(["auto", *KEEP_RULES])
-UNDECIDED_CHOICES = ChoiceEnum(list(UNDECIDED_RULES))
 STACK_NAMES = {"encoder": "enc", "decoder": "dec"}
 
 
@@ -87,10 +86,6 @@ class LatentDepthTransformerConfig(TransformerConfig):
         "help": "update from which training runs the pruned network inference runs: the keep decision is frozen, "
                 "nothing is sampled and the logits stop learning (default: an eighth of --max-update, chosen on valid "
                 "data: docs/latent_depth.md; 0: never)"})
-    latent_commit_undecided: UNDECIDED_CHOICES = field(default="shared", metadata={
-        "help": "at the commit, a language's undecided posteriors (between 0.1 and 0.9) follow the mean posterior of "
-                "the languages (shared: the layers stay shared until the data decides otherwise) or the language's "
-                "own (own: the paper's rule, which freezes a split of near-equal posteriors; docs/latent_depth.md)"})
     latent_logit_lr_scale: float = field(default=10.0, metadata={
         "help": "the selection logits are scale * theta, so they learn scale times faster than the weights under Adam "
                 "(1: the paper's joint training; see docs/latent_depth.md for why the CPU-sized runs need more)"})
@@ -176,8 +171,7 @@ def make_selector(cfg, stack: str) -> Optional[LayerSelector]:
         target_depth=getattr(cfg, f"latent_{stack}_target_depth"), target_depth_weight=cfg.latent_target_depth_weight,
         update_period=cfg.latent_selection_update_period, keep_rule=resolve_keep_rule(cfg.latent_keep, getattr(cfg, f"latent_{stack}_target_depth")),
         keep_threshold=cfg.latent_keep_threshold, commit_updates=int(cfg.latent_commit_updates or 0),
-        logit_lr_scale=cfg.latent_logit_lr_scale, trained_languages=cfg.latent_trained_languages.get(side),
-        commit_undecided=str(cfg.latent_commit_undecided))
+        logit_lr_scale=cfg.latent_logit_lr_scale, trained_languages=cfg.latent_trained_languages.get(side))
 
 
 def _wrap_like_fairseq(layer, cfg):

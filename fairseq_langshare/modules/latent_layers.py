@@ -15,10 +15,7 @@ n has its own selection logit ``alpha_l^(n)`` per layer, i.e. its own posterior
 * Commit (this package's final phase, ``--latent-commit-updates``): from that update on, training
   runs the pruned network inference will run: the decision is frozen into the ``committed_keep``
   buffer, nothing is sampled and the logits stop learning. Without it, posteriors that end near
-  1/2 would be decoded by a network training never ran (z = 1 on every kept layer). At the
-  commit, a language's undecided posteriors follow what the languages agree on
-  (``shared_undecided``, ``--latent-commit-undecided shared``): a split the data did not ask for
-  is not frozen in.
+  1/2 would be decoded by a network training never ran (z = 1 on every kept layer).
 
 The logits are ``scale * theta`` (``modules/scaled_logits.py``): they learn ``scale`` times faster
 than the weights, so that a CPU-sized run can move them as far as the paper's long runs do.
@@ -40,14 +37,12 @@ from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_from_state, scaled_value, set_scaled_value
 from .schedules import ScheduledModule, exponential_ramp, linear_ramp
 
-__all__ = ["gumbel_sigmoid", "bernoulli_kl", "kl_to_prior", "target_depth_loss", "keep_table", "shared_undecided",
-           "LayerSelector", "UNDECIDED_RULES",
+__all__ = ["gumbel_sigmoid", "bernoulli_kl", "kl_to_prior", "target_depth_loss", "keep_table", "LayerSelector",
            "keep_from_state", "resolve_keep_rule", "alpha_from_state", "undecided_share", "PRIORS", "KEEP_RULES", "RUN", "SKIP",
            "DECISIVE"]
 
 PRIORS = ("uniform", "aggregated")
 KEEP_RULES = ("threshold", "top-k")
-UNDECIDED_RULES = ("shared", "own")  # at the commit: undecided posteriors follow the languages' mean, or their own
 DECISIVE = 0.9  # a posterior is decided when q(z_l = 1) >= DECISIVE or <= 1 - DECISIVE
 RUN, SKIP = "run", "skip"  # what a layer does at inference (or a (1, B, 1) mask of the rows that keep it)
 _EPS = 1e-6
@@ -104,34 +99,10 @@ def keep_table(logits: Tensor, rule: str = "threshold", threshold: float = 0.5, 
         return probs >= threshold
     if rule != "top-k":
         raise ValueError(f"unknown keep rule {rule!r}: use one of {KEEP_RULES}")
-    return _top(probs, top_k)
-
-
-def _top(scores: Tensor, top_k: int) -> Tensor:
-    """bool (N, L): the ``top_k`` highest scores of every row (ties to the lower layer)."""
-    if not 0 <= top_k <= scores.size(-1):
-        raise ValueError(f"cannot keep the top {top_k} of {scores.size(-1)} layers")
-    order = torch.argsort(-scores, dim=-1, stable=True)[:, :top_k]
-    return torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, order, True)
-
-
-def shared_undecided(logits: Tensor, rule: str = "threshold", threshold: float = 0.5, top_k: int = 0,
-                     languages: Optional[Tensor] = None) -> Tensor:
-    """``keep_table`` where only decided posteriors (q >= DECISIVE or <= 1 - DECISIVE) speak for
-    their language; an undecided one takes the mean posterior of ``languages`` (bool (N,); all if
-    None) at that layer. Top-k: a language keeps its decided-kept layers first, then undecided ones
-    in the order of the mean, then decided-skipped ones (ties to the lower layer). Undecided
-    everywhere, every language keeps the same layers: they stay shared until the data splits them
-    (docs/latent_depth.md, "The commit shares what the data did not split")."""
-    probs = torch.sigmoid(logits.detach().float())
-    mean = (probs if languages is None or not bool(languages.any()) else probs[languages]).mean(0, keepdim=True)
-    kept, skipped = probs >= DECISIVE, probs <= 1 - DECISIVE
-    undecided = ~(kept | skipped)
-    if rule == "threshold":
-        return torch.where(undecided, mean.expand_as(probs), probs) >= threshold
-    if rule != "top-k":
-        raise ValueError(f"unknown keep rule {rule!r}: use one of {KEEP_RULES}")
-    return _top(torch.where(kept, 2 + probs, torch.where(undecided, 1 + mean.expand_as(probs), probs)), top_k)
+    if not 0 <= top_k <= probs.size(-1):
+        raise ValueError(f"cannot keep the top {top_k} of {probs.size(-1)} layers")
+    order = torch.argsort(-probs, dim=-1, stable=True)[:, :top_k]
+    return torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, True)
 
 
 def undecided_share(logits: Tensor, languages: Optional[Tensor] = None) -> float:
@@ -182,13 +153,10 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
                  prior: str = "uniform", kl_weight: float = 1.0, kl_anneal_updates: int = 0,
                  target_depth: int = 0, target_depth_weight: float = 0.1, update_period: int = 1,
                  keep_rule: str = "threshold", keep_threshold: float = 0.5, commit_updates: int = 0,
-                 logit_lr_scale: float = 1.0, trained_languages: Optional[Sequence[int]] = None,
-                 commit_undecided: str = "shared"):
+                 logit_lr_scale: float = 1.0, trained_languages: Optional[Sequence[int]] = None):
         super().__init__()
         if prior not in PRIORS:
             raise ValueError(f"unknown prior {prior!r}: use one of {PRIORS}")
-        if commit_undecided not in UNDECIDED_RULES:
-            raise ValueError(f"unknown rule {commit_undecided!r} for undecided posteriors: use one of {UNDECIDED_RULES}")
         self.name, self.side, self.num_layers = name, side, num_layers
         # q(z_l = 1) = sigmoid(logit_init) everywhere; alpha = logit_lr_scale * theta
         add_scaled_logits(self, "logits", (num_langs, num_layers), logit_init, logit_lr_scale)
@@ -197,7 +165,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         self.register_buffer("committed", torch.tensor(False))
         self.register_buffer("committed_keep", torch.zeros(num_langs, num_layers, dtype=torch.bool))
         self._register_load_state_dict_pre_hook(self._uncommitted_by_default)
-        self.commit_updates, self.commit_undecided = commit_updates, commit_undecided
+        self.commit_updates = commit_updates
         trained = torch.zeros(num_langs, dtype=torch.bool)
         trained[list(trained_languages) if trained_languages else slice(None)] = True
         self.register_buffer("trained_languages", trained, persistent=False)
@@ -249,15 +217,9 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         return flag
 
     def commit(self) -> None:
-        """Freeze the decision: from now on training runs the pruned network. Undecided posteriors
-        follow the languages' mean (``shared_undecided``) unless ``commit_undecided`` is ``own``."""
-        if self.commit_undecided == "shared":
-            top_k = self.target_depth if self.keep_rule == "top-k" else 0
-            decision = shared_undecided(self.alpha(), self.keep_rule, self.keep_threshold, top_k, self.trained_languages)
-        else:
-            decision = self._decide()
+        """Freeze today's inference decision: from now on training runs the pruned network."""
         with torch.no_grad():
-            self.committed_keep.copy_(decision)
+            self.committed_keep.copy_(self._decide())
             self.committed.fill_(True)
         self.logits.requires_grad_(False)
         self._cache.clear()
