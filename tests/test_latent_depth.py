@@ -148,17 +148,17 @@ def test_schedules_are_functions_of_num_updates(corpus):
     for n in range(40):  # beta grows from 0 and is never negative (the reference's is, before --soft-update)
         model.set_num_updates(n)
         assert selector.kl_beta() >= 0.0
-    # defaults: the sampling phase is the first eighth of --max-update (100); tau anneals over it,
+    # defaults: the sampling phase is the first 32nd of --max-update (100); tau anneals over it,
     # beta over a third of it
     _, model, _ = build(corpus)
     selector = model.decoder.layer_select
-    assert selector.commit_updates == 12
+    assert selector.commit_updates == 3
     # a short run still commits (0 would mean never), and a run without --max-update never does
-    assert [default_commit_updates(n) for n in (0, 4, 8, 2000)] == [0, 1, 1, 250]
-    model.set_num_updates(12)
+    assert [default_commit_updates(n) for n in (0, 4, 32, 2000)] == [0, 1, 1, 62]
+    model.set_num_updates(3)
     assert selector.tau() == pytest.approx(0.1) and selector.kl_beta() == pytest.approx(1.0)
-    model.set_num_updates(2)
-    assert selector.kl_beta() == pytest.approx(2 / 4)
+    model.set_num_updates(0)
+    assert selector.kl_beta() == 0.0
     _, model, _ = build(corpus, "--latent-commit-updates", "0")  # never commits: the schedules span the run
     model.set_num_updates(50)
     assert model.decoder.layer_select.tau() == pytest.approx(math.sqrt(0.1))
@@ -431,6 +431,7 @@ def test_two_level_optimisation_updates_the_selection_every_I_th_update(corpus):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     task, model, args = build(corpus, "--latent-selection-update-period", "3", "--latent-kl-anneal-updates", "0",
+                              "--latent-commit-updates", "0",
                               "--latent-decoder-target-depth", "1", "--latent-keep", "threshold", "--criterion",
                               "langshare_label_smoothed_cross_entropy", "--optimizer", "adam", "--lr", "0.01")
     criterion = task.build_criterion(args)

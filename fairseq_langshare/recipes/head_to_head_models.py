@@ -77,8 +77,8 @@ MODELS = (
                  "--latent-decoder-lang", "src")},
         "LL-D, the paper's multilingual setting for O2M and M2O (section 4.3, Tables 3 and 5): 4 latent decoder "
         "layers, target depth K = 2 (Eq. 8); the package's defaults: each language's 2 most probable layers are "
-        "committed at an eighth of training (a quarter in the runs of 2026-11-23) and the rest of training runs that "
-        "pruned network, which inference runs; "
+        "committed at a 32nd of training (an eighth in the runs of 2026-11-25 and 26, a quarter in those of "
+        "2026-11-23) and the rest of training runs that pruned network, which inference runs; "
         "one posterior per language pair, i.e. per target language (O2M) or source language (M2O)",
         analysis=(("latent-depth", "{ckpt}", "--out", "{out}"),)),
     H2HModel(
