@@ -27,18 +27,15 @@ def updates_per_second(run: Run) -> float:
     processes about as many tokens per second at 1,024 as at 2,048 tokens per batch (8.6 against
     4.1 updates/s on one thread, docs/results.md, "make demo"), so a --max-tokens in --train-flags
     scales the rate."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--max-tokens", type=int)  # the last one given wins, as in fairseq-train
+
     def max_tokens(flags):
-        value = None
-        for i, flag in enumerate(flags):
-            if flag == "--max-tokens" and i + 1 < len(flags):
-                value = flags[i + 1]
-            elif flag.startswith("--max-tokens="):
-                value = flag.split("=", 1)[1]
-        return int(value) if value else None
+        return parser.parse_known_args(list(flags))[0].max_tokens
 
     rate = UPDATES_PER_SECOND.get(run.model.name, 2.0)
-    mine = max_tokens(list(run.train_flags))
-    return rate * max_tokens(list(TRAIN_FLAGS)) / mine if mine else rate
+    mine = max_tokens(run.train_flags)
+    return rate * max_tokens(TRAIN_FLAGS) / mine if mine else rate
 
 
 def print_plan(runs: List[Run], jobs: int, stream=None):
