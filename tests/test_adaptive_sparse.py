@@ -15,7 +15,6 @@ from fairseq_langshare.models.adaptive_sparse_transformer import (
     AdaptiveSparseSingleModel,
     AdaptiveSparseTransformerModel,
 )
-from fairseq_langshare.modules.latent_layers import gumbel_sigmoid
 from fairseq_langshare.modules.scaled_logits import set_scaled_value
 from fairseq_langshare.modules.sparse_scores import (
     SparseScorer,
@@ -168,51 +167,6 @@ def test_disparity_loss_pushes_two_languages_selections_apart():
     apart = overlap_after(1.0)
     assert shared == 8  # 2 layers x (2 heads + 2 blocks): still all shared
     assert apart < shared / 2, apart
-
-
-def _overlap_after_phase_two(noise, steps=200, seed=0):
-    """Two languages from the same undecided logits (score 1/2), phase 2 on the scores alone with the
-    default loss weights: how many kept components the languages share at inference (of 8)."""
-    torch.manual_seed(seed)
-    scorer = SparseScorer("dec", "tgt", 2, 2, 4, 64, types=("attn", "ffn"), blocks=4, keep_layers=1,
-                          keep_heads=2, keep_blocks=2, t_bar=0, noise=noise, logit_lr_scale=10.0)
-    optimizer = torch.optim.Adam(scorer.parameters(), lr=0.01)
-    scorer.train()
-    same_masks = 0
-    for _ in range(steps):
-        scorer.prepare(torch.tensor([0, 1]))
-        rows = scorer._call["rows"]
-        same_masks += all(bool(((rows[c][0] > 0) == (rows[c][1] > 0)).all()) for c in rows)
-        losses, _ = scorer.pop_auxiliary()
-        loss = sum(weight * value for value, weight in losses.values())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    tables = scorer.inference_tables()
-    return sum(int((t["mask"][0] & t["mask"][1]).sum()) for t in tables.values()), same_masks / steps
-
-
-def test_shared_noise_lets_languages_without_a_reason_to_differ_keep_the_same_components():
-    """--sparse-noise shared: one Gumbel draw per component, used by every language, so languages
-    whose logits agree train the same sub-network at every update and keep it at inference; with
-    per-language draws the top-k loss entrenches each language's own random picks."""
-    shared, shared_steps = _overlap_after_phase_two("shared")
-    assert shared == 8 and shared_steps == 1.0
-    overlaps = [_overlap_after_phase_two("per-language", seed=seed) for seed in range(3)]
-    assert all(steps < 0.2 for _, steps in overlaps), overlaps
-    assert sum(o for o, _ in overlaps) / len(overlaps) < 5, overlaps  # about 2 of 8: random picks, pushed apart
-
-
-def test_shared_noise_keeps_each_languages_scores_a_sample_of_its_own_logits():
-    torch.manual_seed(0)
-    logits = torch.tensor([[0.0, 3.0], [0.0, -3.0]]).repeat_interleave(4000, dim=1)  # (2 languages, 8000)
-    s = gumbel_sigmoid(logits, 1.0, shared_rows=True)
-    assert torch.equal(s[0, :4000], s[1, :4000])  # equal logits, the same draw
-    assert (s[0, 4000:] > s[1, 4000:]).all()  # the same noise, ordered by the logits
-    # each row's marginal is still sigmoid(mu + Logistic), as with a draw per language
-    independent = gumbel_sigmoid(logits, 1.0).view(2, 2, 4000).mean(-1)
-    assert torch.allclose(s.view(2, 2, 4000).mean(-1), independent, atol=0.02)
-    assert s[0, :4000].mean().item() == pytest.approx(0.5, abs=0.02)
 
 
 # --- inference ---------------------------------------------------------------------------------------

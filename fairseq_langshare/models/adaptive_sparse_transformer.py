@@ -43,7 +43,7 @@ from torch import nn
 
 from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_layer_on_rows
 from ..modules.scaled_logits import scaled_from_state
-from ..modules.sparse_scores import CATEGORIES, NOISES, REDUCTIONS, SPARSITY_TYPES, RoutedLinear, SparseScorer, inference_tables
+from ..modules.sparse_scores import CATEGORIES, REDUCTIONS, SPARSITY_TYPES, RoutedLinear, SparseScorer, inference_tables
 from .langshare_transformer import size_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
@@ -91,11 +91,6 @@ class AdaptiveSparseTransformerConfig(TransformerConfig):
     sparse_logit_lr_scale: float = field(default=10.0, metadata={
         "help": "the logits mu are this scale times their parameter, so Adam moves them this many times faster than "
                 "the weights (modules/scaled_logits.py); 1: plain parameters"})
-    sparse_noise: ChoiceEnum(NOISES) = field(default="per-language", metadata={
-        "help": "Gumbel noise of the training-time scores: per-language (an independent draw per language and "
-                "component) or shared (one draw per component and update, used by every language: each language's "
-                "score is still a sample of its own logit, and languages whose logits agree select the same "
-                "components)"})
 
 
 SPARSE_FIELDS = tuple(name for name in AdaptiveSparseTransformerConfig.__dataclass_fields__ if name.startswith("sparse_"))
@@ -188,7 +183,7 @@ def make_scorer(cfg, stack: str) -> SparseScorer:
         keep_blocks=keep["blocks"], t_bar=int(cfg.sparse_t_bar), tau=cfg.sparse_tau, c_s=cfg.sparse_cs,
         c_d=cfg.sparse_cd, c_t=cfg.sparse_ct, logit_init=cfg.sparse_logit_init,
         trained_languages=cfg.sparse_trained_languages.get(side), reduction=_value(cfg.sparse_loss_reduction),
-        logit_lr_scale=float(cfg.sparse_logit_lr_scale), noise=_value(cfg.sparse_noise))
+        logit_lr_scale=float(cfg.sparse_logit_lr_scale))
 
 
 def _value(option):

@@ -48,17 +48,11 @@ RUN, SKIP = "run", "skip"  # what a layer does at inference (or a (1, B, 1) mask
 _EPS = 1e-6
 
 
-def gumbel_sigmoid(logits: Tensor, tau: float, shared_rows: bool = False) -> Tensor:
+def gumbel_sigmoid(logits: Tensor, tau: float) -> Tensor:
     """Eq. 5 for the two outcomes {skip, select}: ``sigmoid((alpha + g1 - g0) / tau)`` with
     g0, g1 ~ Gumbel(0, 1). The difference of two Gumbels is Logistic(0, 1), drawn here as
-    ``log u - log(1 - u)``; samples lie in [0, 1] and become discrete as tau -> 0.
-    ``shared_rows``: one draw per column, used by every row (dim 0, the languages): each row is
-    still a sample of its own logits, the rows' samples are coupled."""
-    if shared_rows:
-        u = torch.rand(logits.shape[1:], device=logits.device, dtype=torch.float32).unsqueeze(0)
-    else:
-        u = torch.rand_like(logits, dtype=torch.float32)
-    u = u.clamp_(_EPS, 1.0 - _EPS)
+    ``log u - log(1 - u)``; samples lie in [0, 1] and become discrete as tau -> 0."""
+    u = torch.rand_like(logits, dtype=torch.float32).clamp_(_EPS, 1.0 - _EPS)
     noise = torch.log(u) - torch.log1p(-u)
     return torch.sigmoid((logits.float() + noise) / tau)
 

@@ -47,12 +47,11 @@ from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_value
 from .schedules import ScheduledModule
 
-__all__ = ["SPARSITY_TYPES", "REDUCTIONS", "NOISES", "topk_mask", "sparsity_loss", "disparity_loss", "topk_loss",
+__all__ = ["SPARSITY_TYPES", "REDUCTIONS", "topk_mask", "sparsity_loss", "disparity_loss", "topk_loss",
            "reduced_losses", "RoutedLinear", "SparseScorer", "inference_tables", "CATEGORIES"]
 
 SPARSITY_TYPES = ("attn", "ffn", "layer")
 REDUCTIONS = ("mean", "sum")
-NOISES = ("per-language", "shared")
 CATEGORIES = {"attn": "heads", "ffn": "blocks", "layer": "layers"}
 _DECISIONS = itertools.count()  # a new number for every inference decision computed
 
@@ -163,7 +162,7 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
                  types: Sequence[str], blocks: int, keep_layers: int, keep_heads: int, keep_blocks: int,
                  t_bar: int, tau: float = 1.0, c_s: float = 0.1, c_d: float = 0.02, c_t: float = 0.1,
                  logit_init: float = 0.0, trained_languages: Optional[Sequence[int]] = None,
-                 reduction: str = "mean", logit_lr_scale: float = 1.0, noise: str = "per-language"):
+                 reduction: str = "mean", logit_lr_scale: float = 1.0):
         super().__init__()
         self.name, self.side, self.types = name, side, tuple(types)
         self.num_layers, self.num_heads, self.blocks = num_layers, num_heads, blocks
@@ -173,9 +172,6 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         if reduction not in REDUCTIONS:
             raise ValueError(f"sparse loss reduction {reduction!r}: use one of {', '.join(REDUCTIONS)}")
         self.reduction = reduction
-        if noise not in NOISES:
-            raise ValueError(f"sparse noise {noise!r}: use one of {', '.join(NOISES)}")
-        self.noise = noise
         shapes = {"heads": (num_langs, num_layers, num_heads), "blocks": (num_langs, num_layers, blocks),
                   "layers": (num_langs, num_layers)}
         for kind in self.types:  # every score starts at sigmoid(logit_init); parameter names as before the scale
@@ -249,8 +245,7 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         phase = self.phase()
         scores, masks, used = {}, {}, {}
         for category in self.categories():
-            # one draw per language and component, or per component for every language ("shared")
-            s = gumbel_sigmoid(self.logits(category), self.tau, shared_rows=self.noise == "shared")
+            s = gumbel_sigmoid(self.logits(category), self.tau)  # one draw per language and component
             scores[category] = s
             if phase == 2:
                 masks[category] = topk_mask(s, self.keep[category])
