@@ -13,7 +13,8 @@ root = Path(tempfile.mkdtemp())
 corpus = make_corpus(root / "c", pairs=t.PAIRS)
 records = train(task_args(corpus) + TRAIN + ["--lr", t.LR, "--arch", t.ARCH, "--sparse-types", "attn,ffn,layer",
     "--decoder-layers", "4", "--sparse-decoder-keep-layers", "2", "--dropout", "0.0", "--max-update", str(t.UPDATES),
-    "--sparse-t-bar", str(t.T_BAR), "--save-dir", str(root / "s"), "--log-interval", "1"] + sys.argv[1:])
+    "--save-interval-updates", str(t.EARLY), "--keep-interval-updates", "-1",
+    "--save-dir", str(root / "s"), "--log-interval", "1"] + sys.argv[1:])
 w = {"sparsity": 0.1, "disparity": 0.02, "topk": 0.1}
 ratios = []
 for r in records:
@@ -28,6 +29,14 @@ for (stack, c), mu in t.logits_of(ck).items():
     for lang in ({"encoder": [0], "decoder": [1, 2, 3, 4]}[stack]):
         ag[(stack, c, lang)] = t.sampled_agreement(mu[lang].reshape(-1, mu.size(-1)), keep)
 print("agreement mean", sum(ag.values()) / len(ag))
+keep = {"heads": 2, "blocks": 2, "layers": 1}
+for name, path in (("early", next((root / "s").glob(f"checkpoint_*_{t.EARLY}.pt"))), ("end", ck)):
+    kept = []
+    for (stack, c), mu in t.logits_of(path).items():
+        table = t.inference_tables({c: mu}, keep, 1.0)[c]
+        for lang in ({"encoder": [0], "decoder": [1, 2, 3, 4]}[stack]):
+            kept += table["value"][lang][table["mask"][lang]].tolist()
+    print(f"kept score mean at {name}", sum(kept) / len(kept))
 tok, ok, tot = Counter(), 0, 0
 for pair in t.PAIRS:
     s, g = pair.split("-")

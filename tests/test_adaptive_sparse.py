@@ -467,9 +467,9 @@ def test_bad_flags_are_one_line_errors(corpus, flags, message):
     assert "\n" not in str(info.value)
 
 
-def test_t_bar_defaults_to_a_quarter_of_the_run_and_is_saved_in_the_config(corpus):
+def test_t_bar_defaults_to_a_32nd_of_the_run_and_is_saved_in_the_config(corpus):
     _, model, args = build(corpus)  # --max-update 100
-    assert args.sparse_t_bar == 25 and {s.t_bar for s in model.scorers().values()} == {25}
+    assert args.sparse_t_bar == 3 and {s.t_bar for s in model.scorers().values()} == {3}
 
 
 def test_missing_language_ids_are_a_clear_error(corpus, full):

@@ -1,7 +1,8 @@
 """adaptive_sparse_transformer trained by fairseq-train on the tiny corpus with its defaults (issue 14):
-the auxiliary terms stay regularisers, phase 2's selections are decided, and Attn+FFN+Layer does not
-collapse. Each test would have caught the failure of the literal sums of Eq. 8-10 (terms about twice
-the cross entropy) and of logits that move no faster than the weights."""
+the auxiliary terms stay regularisers, phase 2's selections are decided, the selected components are
+not damped, and Attn+FFN+Layer does not collapse. Each test would have caught the failure of the
+literal sums of Eq. 8-10 (terms about twice the cross entropy), of logits that move no faster than the
+weights, or of a long phase 1 from scores of 1/2 (every component scaled down, FFN blocks by beta^2)."""
 
 import math
 from collections import Counter
@@ -17,8 +18,12 @@ from tiny_corpus import generate, make_corpus, task_args, train
 
 PAIRS = ("en-xx", "en-yy", "en-zz", "en-ww")
 ARCH = "adaptive_sparse_transformer_tiny"  # 2+2 layers (decoder: 4 here), 4 heads, FFN 64 in K = 4 blocks
-UPDATES, T_BAR, LR = 120, 30, "0.015"  # logits can travel 120 x 0.015 x 10 = 18, as over 2,000 updates of the
-# gettext runs (sum of the inverse-sqrt lr, 2.4, x 10): the budget at which the gettext runs failed
+UPDATES, LR = 120, "0.015"  # the weights can travel 120 x 0.015 = 1.8, as over 2,000 updates of the gettext
+# runs (sum of the inverse-sqrt lr, 2.4): the budget at which the gettext runs failed; T-bar: the default
+EARLY = 30  # a quarter of the run: where the old default T-bar switched to phase 2
+# noise-free score of the components a language keeps, mean (1: undamped), at update EARLY and at the end
+# (measured: 0.80 and 0.94 with the defaults; 0.48 and 0.68 with the old ones: scores from 1/2, T-bar a quarter)
+SCALE = {"early": 0.7, "checkpoint": 0.85}
 AUX_SHARE = 0.1  # weighted auxiliary terms / cross entropy per token, at every logged update
 AGREEMENT = 0.5  # sampled top-k == inference top-k, mean over the (language, group)s; tied logits: 0.17-0.5
 TOP_TOKEN_SHARE = 0.2  # most frequent output token's share of all output tokens (references: about 0.05)
@@ -39,14 +44,17 @@ def corpus4(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(corpus4, tmp_path_factory):
     """All three sparsity types with the model's defaults (as the gettext Attn+FFN+Layer: the decoder has
-    twice the layers, half kept): phase 1 to T-bar, phase 2 after it."""
+    twice the layers, half kept): phase 1 to T-bar, phase 2 after it; a checkpoint at update EARLY."""
     save = tmp_path_factory.mktemp("sparse_all")
     records = train(task_args(corpus4) + TRAIN + [
         "--lr", LR, "--arch", ARCH, "--sparse-types", "attn,ffn,layer", "--decoder-layers", "4",
         "--sparse-decoder-keep-layers", "2", "--dropout", "0.0", "--max-update", str(UPDATES),
-        "--sparse-t-bar", str(T_BAR), "--save-dir", str(save), "--log-interval", "1"])
+        "--save-interval-updates", str(EARLY), "--keep-interval-updates", "-1",
+        "--save-dir", str(save), "--log-interval", "1"])
+    early = sorted(save.glob(f"checkpoint_*_{EARLY}.pt"))
+    assert len(early) == 1, list(save.iterdir())
     return {"records": [r for r in records if "num_updates" in r and "nll_loss" in r],
-            "checkpoint": save / "checkpoint_last.pt"}
+            "checkpoint": save / "checkpoint_last.pt", "early": early[0]}
 
 
 def test_auxiliary_terms_stay_a_small_fraction_of_the_cross_entropy(trained):
@@ -99,6 +107,24 @@ def test_after_t_bar_each_language_keeps_its_budget_and_its_selection_is_decided
             agreements[(stack, category, lang)] = sampled_agreement(rows, keep[category])
     mean = sum(agreements.values()) / len(agreements)
     assert mean >= AGREEMENT, agreements
+
+
+@pytest.mark.parametrize("when", ["early", "checkpoint"])
+def test_the_selected_components_are_not_damped(trained, when):
+    """Every component runs scaled by its score (Eq. 5-7; FFN blocks by beta twice, Eq. 6), so a score
+    of 0.2 leaves a head at a fifth of its output and an FFN block at a 25th. At update EARLY and at
+    the end, the components each trained language keeps at inference have noise-free scores of at
+    least SCALE on average: scores that start at the prior 1/2 and go through a phase 1 of a quarter
+    of the run, where L_s pulls them toward its minimum (0.18), fail this."""
+    keep = {"heads": 2, "blocks": 2, "layers": 1}
+    trained_ids = {"encoder": [0], "decoder": [1, 2, 3, 4]}
+    kept_scores = []
+    for (stack, category), mu in logits_of(trained[when]).items():
+        table = inference_tables({category: mu}, keep, 1.0)[category]
+        for lang in trained_ids[stack]:
+            kept_scores += table["value"][lang][table["mask"][lang]].tolist()
+    mean = sum(kept_scores) / len(kept_scores)
+    assert mean >= SCALE[when], (when, mean)
 
 
 def test_all_three_types_do_not_end_degenerate(corpus4, trained):

@@ -77,10 +77,12 @@ class AdaptiveSparseTransformerConfig(TransformerConfig):
         "help": "K': FFN blocks per decoder layer each target language keeps (0: half of K, rounded up)"})
     sparse_t_bar: Optional[int] = field(default=None, metadata={
         "help": "T-bar of Algorithm 1: updates of phase 1 (CE + c_s L_s); top-k selection from then on "
-                "(default: a quarter of --max-update, leaving phase 2 three quarters of the run)"})
+                "(default: a 32nd of --max-update: phase 1 damps every component, docs/adaptive_sparse.md)"})
     sparse_tau: float = field(default=1.0, metadata={"help": "Gumbel-softmax temperature of the scores"})
-    sparse_logit_init: float = field(default=0.0, metadata={
-        "help": "initial logit mu of every component: score sigmoid(value), 0 is the prior 1/2"})
+    sparse_logit_init: float = field(default=3.0, metadata={
+        "help": "initial logit mu of every component: score sigmoid(value); 3 (0.95) starts from the standard "
+                "Transformer (every score 1, Eq. 7); 0 is the prior 1/2, which scales each FFN block by 1/4 at the "
+                "start (beta enters W1 and W2, Eq. 6)"})
     sparse_cs: float = field(default=0.1, metadata={"help": "c_s: weight of the sparsity loss (Eq. 8), phase 1"})
     sparse_cd: float = field(default=0.02, metadata={"help": "c_d: weight of the disparity loss (Eq. 9), phase 2"})
     sparse_ct: float = field(default=0.1, metadata={"help": "c_t: weight of the top-k loss (Eq. 10), phase 2"})
@@ -88,7 +90,7 @@ class AdaptiveSparseTransformerConfig(TransformerConfig):
         "help": "mean: L_s, L_d, L_t averaged over languages (pairs for L_d) and components, so c_s/c_d/c_t weigh one "
                 "component against one token's cross entropy at any size; sum: Eq. 8-10 literally (they then grow "
                 "with languages x components)"})
-    sparse_logit_lr_scale: float = field(default=10.0, metadata={
+    sparse_logit_lr_scale: float = field(default=30.0, metadata={
         "help": "the logits mu are this scale times their parameter, so Adam moves them this many times faster than "
                 "the weights (modules/scaled_logits.py); 1: plain parameters"})
 
@@ -144,7 +146,7 @@ def validate(cfg) -> None:
             raise ValueError(f"--sparse-{flag} {getattr(cfg, f'sparse_{flag}')} is negative: a loss weight must be >= 0")
     if cfg.sparse_t_bar is None or cfg.sparse_t_bar < 0:
         raise ValueError(f"--sparse-t-bar {cfg.sparse_t_bar}: T-bar must be a number of updates >= 0 (pass "
-                         "--sparse-t-bar N, or --max-update for its default of a quarter of the run)")
+                         "--sparse-t-bar N, or --max-update for its default of a 32nd of the run)")
     if cfg.checkpoint_activations or cfg.offload_activations:
         raise ValueError("--checkpoint-activations is not supported by adaptive_sparse_transformer (its scores "
                          "travel outside the layer call); train without it")
@@ -153,10 +155,11 @@ def validate(cfg) -> None:
 
 
 def default_t_bar(max_update: int) -> int:
-    """A quarter of the run: phase 2 (the selected sub-networks) gets three quarters to adapt. The paper
-    switches at 8k of 100k updates (Public-24) and 50k of 500k (OPUS-100), i.e. after a phase 1 of
-    thousands of updates; at a few thousand updates a quarter still gives the scores hundreds."""
-    return max_update // 4
+    """A 32nd of the run (at least 1 update). The paper switches at 8k of 100k updates (Public-24) and
+    50k of 500k (OPUS-100). Phase 1 scales every component by scores that L_s pulls below 0.18, so the
+    network trains damped until the top-k loss lifts the kept scores in phase 2: at a few thousand
+    updates the shorter phase 1 measured better (docs/adaptive_sparse.md, "Damping")."""
+    return max(1, max_update // 32)
 
 
 def check_t_bar(t_bar: int, max_update: int) -> None:

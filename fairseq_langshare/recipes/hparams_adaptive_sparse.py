@@ -42,8 +42,9 @@ def _sparse(corpus, direction, types):
     heads, ffn, blocks, keep_blocks, t_bar = BUDGETS[corpus]
     # the paper's learning rate for the scores (its long runs give them the travel that the CPU
     # default --sparse-logit-lr-scale 10 buys at 2,000 updates; docs/adaptive_sparse.md)
+    # and the prior 1/2 as the initial score (the paper does not say; its long phase 1 moves them anyway)
     model = {"_name": "adaptive_sparse_transformer", "sparse_types": ",".join(types), "sparse_t_bar": t_bar,
-             "sparse_logit_lr_scale": 1.0}
+             "sparse_logit_lr_scale": 1.0, "sparse_logit_init": 0.0}
     tiny = {"sparse_t_bar": 1}
     if "attn" in types:
         model.update(sparse_encoder_keep_heads=heads, sparse_decoder_keep_heads=heads)
