@@ -13,8 +13,9 @@
 #   DIRECTION=m2o UPDATES=2000 OUT=runs/adaptive_sparse_m2o bash scripts/adaptive_sparse_quality.sh
 # BASELINE_JSON=path reuses a finished baseline evaluation (same corpus, same updates) instead of
 # training one. Re-running skips finished trainings. The method's settings are the model's
-# defaults (issue 14): T-bar a quarter of the run, auxiliary terms averaged over languages and
-# components (--sparse-loss-reduction mean), logits learning 10x faster (--sparse-logit-lr-scale 10).
+# defaults (issue 14): auxiliary terms averaged over languages and components (--sparse-loss-reduction
+# mean), logits learning 30x faster (--sparse-logit-lr-scale 30), scores starting at 0.95
+# (--sparse-logit-init 3) and T-bar a 32nd of the run (docs/adaptive_sparse.md, "Damping").
 # SPARSE_EXTRA="..." adds flags to every sparse run (e.g. --sparse-loss-reduction sum for the old form).
 set -euo pipefail
 cd "$(dirname "$0")/.."
