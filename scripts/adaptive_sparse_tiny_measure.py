@@ -29,14 +29,8 @@ for (stack, c), mu in t.logits_of(ck).items():
     for lang in ({"encoder": [0], "decoder": [1, 2, 3, 4]}[stack]):
         ag[(stack, c, lang)] = t.sampled_agreement(mu[lang].reshape(-1, mu.size(-1)), keep)
 print("agreement mean", sum(ag.values()) / len(ag))
-keep = {"heads": 2, "blocks": 2, "layers": 1}
 for name, path in (("early", next((root / "s").glob(f"checkpoint_*_{t.EARLY}.pt"))), ("end", ck)):
-    kept = []
-    for (stack, c), mu in t.logits_of(path).items():
-        table = t.inference_tables({c: mu}, keep, 1.0)[c]
-        for lang in ({"encoder": [0], "decoder": [1, 2, 3, 4]}[stack]):
-            kept += table["value"][lang][table["mask"][lang]].tolist()
-    print(f"kept score mean at {name}", sum(kept) / len(kept))
+    print(f"kept score mean at {name}", t.kept_score_mean(path))
 tok, ok, tot = Counter(), 0, 0
 for pair in t.PAIRS:
     s, g = pair.split("-")

@@ -79,6 +79,19 @@ def logits_of(checkpoint):
             if f"{stack}.sparse_scores.{c}_logits" in model}
 
 
+def kept_score_mean(checkpoint):
+    """Mean noise-free score (the scale inference runs them at) of the components each trained language
+    keeps (encoder: en; decoder: ww, xx, yy, zz), over every category."""
+    keep = {"heads": 2, "blocks": 2, "layers": 1}
+    trained_ids = {"encoder": [0], "decoder": [1, 2, 3, 4]}
+    kept = []
+    for (stack, category), mu in logits_of(checkpoint).items():
+        table = inference_tables({category: mu}, keep, 1.0)[category]
+        for lang in trained_ids[stack]:
+            kept += table["value"][lang][table["mask"][lang]].tolist()
+    return sum(kept) / len(kept)
+
+
 def sampled_agreement(mu, keep, draws=2000):
     """Share of Gumbel draws (Algorithm 1's training scores) whose top-k equals the noise-free top-k of
     inference, averaged over the groups of ``mu`` (G, n): 1 when the selection is decided, about
@@ -116,14 +129,7 @@ def test_the_selected_components_are_not_damped(trained, when):
     the end, the components each trained language keeps at inference have noise-free scores of at
     least SCALE on average: scores that start at the prior 1/2 and go through a phase 1 of a quarter
     of the run, where L_s pulls them toward its minimum (0.18), fail this."""
-    keep = {"heads": 2, "blocks": 2, "layers": 1}
-    trained_ids = {"encoder": [0], "decoder": [1, 2, 3, 4]}
-    kept_scores = []
-    for (stack, category), mu in logits_of(trained[when]).items():
-        table = inference_tables({category: mu}, keep, 1.0)[category]
-        for lang in trained_ids[stack]:
-            kept_scores += table["value"][lang][table["mask"][lang]].tolist()
-    mean = sum(kept_scores) / len(kept_scores)
+    mean = kept_score_mean(trained[when])
     assert mean >= SCALE[when], (when, mean)
 
 

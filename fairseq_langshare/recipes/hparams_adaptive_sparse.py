@@ -40,9 +40,9 @@ TINY_LAYERS = {"o2m": (2, 4), "m2o": (4, 2), "all": (4, 4)}
 
 def _sparse(corpus, direction, types):
     heads, ffn, blocks, keep_blocks, t_bar = BUDGETS[corpus]
-    # the paper's learning rate for the scores (its long runs give them the travel that the CPU
-    # default --sparse-logit-lr-scale 10 buys at 2,000 updates; docs/adaptive_sparse.md)
-    # and the prior 1/2 as the initial score (the paper does not say; its long phase 1 moves them anyway)
+    # the paper's learning rate for the scores (its long runs give them the travel that the default
+    # --sparse-logit-lr-scale buys at 2,000 updates; docs/adaptive_sparse.md) and the prior 1/2 as the
+    # initial score (the paper does not give one; its phase 1 of 8k-50k updates moves them anyway)
     model = {"_name": "adaptive_sparse_transformer", "sparse_types": ",".join(types), "sparse_t_bar": t_bar,
              "sparse_logit_lr_scale": 1.0, "sparse_logit_init": 0.0}
     tiny = {"sparse_t_bar": 1}
