@@ -25,9 +25,8 @@ print("max aux/CE", max(x[1] for x in ratios), "at", max(ratios, key=lambda x: x
 ck = root / "s" / "checkpoint_last.pt"
 ag = {}
 for (stack, c), mu in t.logits_of(ck).items():
-    keep = {"heads": 2, "blocks": 2, "layers": 1}[c]
-    for lang in ({"encoder": [0], "decoder": [1, 2, 3, 4]}[stack]):
-        ag[(stack, c, lang)] = t.sampled_agreement(mu[lang].reshape(-1, mu.size(-1)), keep)
+    for lang in t.TRAINED_IDS[stack]:
+        ag[(stack, c, lang)] = t.sampled_agreement(mu[lang].reshape(-1, mu.size(-1)), t.KEEP[c])
 print("agreement mean", sum(ag.values()) / len(ag))
 for name, path in (("early", next((root / "s").glob(f"checkpoint_*_{t.EARLY}.pt"))), ("end", ck)):
     print(f"kept score mean at {name}", t.kept_score_mean(path))

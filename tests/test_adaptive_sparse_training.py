@@ -28,6 +28,8 @@ AUX_SHARE = 0.1  # weighted auxiliary terms / cross entropy per token, at every 
 AGREEMENT = 0.5  # sampled top-k == inference top-k, mean over the (language, group)s; tied logits: 0.17-0.5
 TOP_TOKEN_SHARE = 0.2  # most frequent output token's share of all output tokens (references: about 0.05)
 TARGET_SHARE = 0.9  # output words in the requested target language
+KEEP = {"heads": 2, "blocks": 2, "layers": 1}  # the tiny preset's budgets (half: 1 of 2 layers, 2 of 4 heads/blocks)
+TRAINED_IDS = {"encoder": [0], "decoder": [1, 2, 3, 4]}  # the trained languages of each side: inventory en, ww, xx, yy, zz
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -82,12 +84,10 @@ def logits_of(checkpoint):
 def kept_score_mean(checkpoint):
     """Mean noise-free score (the scale inference runs them at) of the components each trained language
     keeps (encoder: en; decoder: ww, xx, yy, zz), over every category."""
-    keep = {"heads": 2, "blocks": 2, "layers": 1}
-    trained_ids = {"encoder": [0], "decoder": [1, 2, 3, 4]}
     kept = []
     for (stack, category), mu in logits_of(checkpoint).items():
-        table = inference_tables({category: mu}, keep, 1.0)[category]
-        for lang in trained_ids[stack]:
+        table = inference_tables({category: mu}, KEEP, 1.0)[category]
+        for lang in TRAINED_IDS[stack]:
             kept += table["value"][lang][table["mask"][lang]].tolist()
     return sum(kept) / len(kept)
 
@@ -109,15 +109,13 @@ def test_after_t_bar_each_language_keeps_its_budget_and_its_selection_is_decided
     trained language (encoder: en, decoder: xx and yy) keeps exactly that many, and its logits separate
     the kept components from the rest far enough that the training-time (sampled) top-k is the
     inference top-k in at least AGREEMENT of the draws, on average over its groups."""
-    keep = {"heads": 2, "blocks": 2, "layers": 1}
-    trained_ids = {"encoder": [0], "decoder": [1, 2, 3, 4]}  # inventory en, ww, xx, yy, zz
     agreements = {}
     for (stack, category), mu in logits_of(trained["checkpoint"]).items():
-        tables = inference_tables({category: mu}, keep, 1.0)[category]
-        assert (tables["mask"].sum(-1) == keep[category]).all()
-        for lang in trained_ids[stack]:
+        tables = inference_tables({category: mu}, KEEP, 1.0)[category]
+        assert (tables["mask"].sum(-1) == KEEP[category]).all()
+        for lang in TRAINED_IDS[stack]:
             rows = mu[lang].reshape(-1, mu.size(-1))  # one group per layer (heads, blocks) or the stack (layers)
-            agreements[(stack, category, lang)] = sampled_agreement(rows, keep[category])
+            agreements[(stack, category, lang)] = sampled_agreement(rows, KEEP[category])
     mean = sum(agreements.values()) / len(agreements)
     assert mean >= AGREEMENT, agreements
 
