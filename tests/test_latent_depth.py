@@ -159,6 +159,13 @@ def test_schedules_are_functions_of_num_updates(corpus):
     assert selector.tau() == pytest.approx(0.1) and selector.kl_beta() == pytest.approx(1.0)
     model.set_num_updates(0)
     assert selector.kl_beta() == 0.0
+    _, model, _ = build(corpus, "--max-update", "2000")  # the last --max-update wins: commit at 62, beta over 20
+    selector = model.decoder.layer_select
+    assert selector.commit_updates == 62
+    model.set_num_updates(10)
+    assert selector.kl_beta() == pytest.approx(10 / 20)
+    model.set_num_updates(62)
+    assert selector.tau() == pytest.approx(0.1) and selector.kl_beta() == pytest.approx(1.0)
     _, model, _ = build(corpus, "--latent-commit-updates", "0")  # never commits: the schedules span the run
     model.set_num_updates(50)
     assert model.decoder.layer_select.tau() == pytest.approx(math.sqrt(0.1))
