@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import shlex
 import sys
 
 from .harness import run_comparison
@@ -58,7 +59,16 @@ def run_comparisons(argv, prog, description, comparisons) -> int:
     parser.add_argument("--only", choices=[c[0] for c in comparisons], help="run one comparison only")
     parser.add_argument("--results-dir", default=os.path.join(REPO_ROOT, "benchmarks", "results"),
                         help="where the JSON results go (default benchmarks/results)")
+    parser.add_argument("--model-args", default="",
+                        help="fairseq flags appended to both A's and B's (they win), e.g. other dimensions: "
+                             "'--encoder-embed-dim 512 --decoder-embed-dim 512 ...'; give --tag with them")
+    parser.add_argument("--tag", default="",
+                        help="appended to the comparison's name and JSON file as NAME-TAG (e.g. d512), so that a run with "
+                             "--model-args does not overwrite the reference figures")
     args = add_measurement_args(parser).parse_args(argv)
+    if args.model_args and not args.tag:
+        parser.error("--model-args changes both models: give --tag TAG so that NAME.json is not overwritten")
+    extra = shlex.split(args.model_args)
     from .report import markdown
     from .run import read_corpus
 
@@ -67,6 +77,10 @@ def run_comparisons(argv, prog, description, comparisons) -> int:
             continue
         overrides = dict(overrides[0]) if overrides else {}
         data, langs, pairs = read_corpus(corpus_dir(overrides.pop("corpus_langs", None)))
+        if extra:
+            a, b = [*a, *extra], [*b, *extra]
+            a_label, b_label = f"{a_label}, with {args.model_args}", f"{b_label}, with {args.model_args}"
+        name = f"{name}-{args.tag}" if args.tag else name
         settings = settings_from_args(args, name, data, langs, pairs, a, b, a_label, b_label)
         settings = dataclasses.replace(settings, **overrides)
         result = run_comparison(settings, out_json=os.path.join(args.results_dir, f"{name}.json"),

@@ -200,3 +200,27 @@ def test_trained_checkpoints_compares_two_checkpoints_and_reads_clsr_gates(corpu
             assert result["gates_b1"]["unit_steps"] > 0
         else:
             assert result["gates_b1"] is None
+
+
+
+def test_model_args_reach_both_models_under_a_tagged_name(monkeypatch, tmp_path, corpus):
+    """`--model-args` (e.g. other dimensions) is appended to A's and B's flags, so it wins over
+    the comparison's own; the result goes to NAME-TAG, never over the reference NAME.json.
+    Without --tag the command refuses."""
+    from benchmarks import run_baseline, run_methods
+
+    seen = []
+    monkeypatch.setattr(run_baseline, "corpus_dir", lambda langs=None: "unused")
+    monkeypatch.setattr(run, "read_corpus", lambda _: (str(corpus["bin"]), list(corpus["langs"]), list(corpus["pairs"])))
+    monkeypatch.setattr(report, "markdown", lambda result: "")
+    monkeypatch.setattr(run_baseline, "run_comparison",
+                        lambda settings, out_json, markdown: seen.append((settings, out_json)) or {})
+    dims = "--encoder-embed-dim 512 --decoder-embed-dim 512"
+    assert run_methods.main(["--only", "clsr-vs-baseline", "--model-args", dims, "--tag", "d512",
+                             "--results-dir", str(tmp_path), "--no-append"]) == 0
+    (settings, out_json), = seen
+    assert settings.name == "clsr-vs-baseline-d512" and out_json == str(tmp_path / "clsr-vs-baseline-d512.json")
+    for flags in (settings.a, settings.b):
+        assert flags[-4:] == dims.split()
+    with pytest.raises(SystemExit):
+        run_methods.main(["--only", "clsr-vs-baseline", "--model-args", dims])
