@@ -1,6 +1,7 @@
 """The summary tables of issue 18 at the top of docs/benchmarks.md, from benchmarks/results/*.json.
 
     python -m benchmarks.issue18_table            # the per-method summary and the inventory table
+    python -m benchmarks.issue18_table --tag d512 # the per-method summary of the runs tagged d512
     python -m benchmarks.issue18_table NAME ...   # one row per comparison
 
 Cells are B / A of the comparison's medians (B's speed over A's, wall clock) with the ratio timed
@@ -71,11 +72,12 @@ def load_range(names):
     return f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-"
 
 
-def summary():
+def summary(tag=""):
+    """The per-method table; ``tag``: of the comparisons run with ``--tag TAG`` (NAME-TAG.json)."""
     rows = ["| method | decode b1 | decode b64, one direction | decode b64, mixed targets | train | target | met |",
             "|---|---:|---:|---:|---:|---|---|"]
     for method, cells, targets, target_text in METHODS:
-        values = [ratio(*c) if c else None for c in cells]
+        values = [ratio(f"{c[0]}-{tag}" if tag else c[0], c[1]) if c else None for c in cells]
         checks = [v[0] >= t for v, t in zip(values, targets) if t is not None and v is not None]
         missing = any(t is not None and v is None for v, t in zip(values, targets))
         met = "not run" if missing else ("yes" if all(checks) else "no")
@@ -98,6 +100,9 @@ def inventory():
 
 def main(argv=None):
     names = sys.argv[1:] if argv is None else argv
+    if names[:1] == ["--tag"] and len(names) == 2:
+        print(summary(names[1]))
+        return 0
     if not names:
         print(summary() + "\n\n" + inventory())
         return 0
