@@ -13,19 +13,23 @@ language and component per forward call, and every sentence takes the draws of i
   kept components are scaled by the noise-free score ``sigmoid(mu / tau)``; unselected heads,
   blocks and layers do not run.
 
-The losses run over the languages trained on the scorer's side and over all components of the
-side (heads, blocks and layers concatenated, N per language). Eq. 8-10 sum over both; the
+The losses run over the languages trained on the scorer's side and over the side's components
+of each category c (heads, blocks, layers; N_c per language). Eq. 8-10 sum over both; the
 criterion adds ``c * L`` to a cross entropy that is a mean per target token, so a literal sum
 grows with L x N (52 components x 8 languages: ``c_t L_t`` ~6.6 nats against a cross entropy of
 ~5.5) and the regularisers outweigh the task. ``reduction="mean"`` (the default) divides each
-sum by its number of terms, keeping every term per component and language as in the paper:
+category's sum by its number of terms and adds the categories, keeping every term per component
+and language as in the paper:
 
-    L_s = 1/(L N) sum_l sum_i s_li (log s_li - log 0.5)
-    L_d = 1/(P N) sum_{l<l'} sum_i s_li s_l'i          (P = L(L-1)/2 pairs, 1 when L = 1)
-    L_t = 1/(L N) sum_l sum_i (s_li - m_li)^2
+    L_s = sum_c 1/(L N_c) sum_l sum_{i in c} s_li (log s_li - log 0.5)
+    L_d = sum_c 1/(P N_c) sum_{l<l'} sum_{i in c} s_li s_l'i   (P = L(L-1)/2 pairs, 1 when L = 1)
+    L_t = sum_c 1/(L N_c) sum_l sum_{i in c} (s_li - m_li)^2
 
-so ``c_s``, ``c_d`` and ``c_t`` weigh one component's term against one token's cross entropy at
-any L and N; ``reduction="sum"`` keeps the literal sums.
+so ``c_s``, ``c_d`` and ``c_t`` weigh one category's mean term against one token's cross entropy
+at any L and N, and a component is regularised as strongly whatever other types are switched on
+(one mean over all 52 components of Attn+FFN+Layer gave each of the 4 layers 1/13 of the pull it
+gets when layers are the only type: docs/adaptive_sparse.md, "Attn+FFN+Layer"). With one type
+this is the mean over its components; ``reduction="sum"`` keeps the literal sums.
 
 The logits are ``scale * theta`` (``modules/scaled_logits.py``): with Adam they move ``scale``
 times faster than the weights, so a selection can become decisive in a short run.
@@ -79,19 +83,27 @@ def topk_loss(s: Tensor, m: Tensor) -> Tensor:
     return ((s.float() - m.float()) ** 2).sum()
 
 
-def reduced_losses(phase: int, scores: Tensor, masks: Optional[Tensor] = None,
+def reduced_losses(phase: int, scores: Dict[str, Tensor], masks: Optional[Dict[str, Tensor]] = None,
                    reduction: str = "mean") -> Dict[str, Tensor]:
-    """The auxiliary terms of a phase on (L, N) scores: phase 1 ``{"sparsity": L_s}``, phase 2
-    ``{"disparity": L_d(m * s), "topk": L_t(s, m)}``; ``reduction`` "sum" is Eq. 8-10 literally,
-    "mean" divides by the number of terms (L N, or P N pairs for L_d; see the module docstring)."""
+    """The auxiliary terms of a phase on each category's (L, N_c) scores (and masks in phase 2):
+    phase 1 ``{"sparsity": L_s}``, phase 2 ``{"disparity": L_d(m * s), "topk": L_t(s, m)}``, summed
+    over the categories. ``reduction`` "sum" is Eq. 8-10 literally; "mean" divides each category's
+    sum by its number of terms (L N_c, or P N_c pairs for L_d; see the module docstring)."""
     if reduction not in REDUCTIONS:
         raise ValueError(f"sparse loss reduction {reduction!r}: use one of {', '.join(REDUCTIONS)}")
-    langs, n = scores.shape
-    per_lang = 1.0 if reduction == "sum" else float(langs * n)
-    per_pair = 1.0 if reduction == "sum" else float(max(langs * (langs - 1) // 2, 1) * n)
-    if phase == 1:
-        return {"sparsity": sparsity_loss(scores) / per_lang}
-    return {"disparity": disparity_loss(masks * scores) / per_pair, "topk": topk_loss(scores, masks) / per_lang}
+    totals = {}
+    for category, s in scores.items():
+        langs, n = s.shape
+        per_lang = 1.0 if reduction == "sum" else float(langs * n)
+        per_pair = 1.0 if reduction == "sum" else float(max(langs * (langs - 1) // 2, 1) * n)
+        if phase == 1:
+            terms = {"sparsity": sparsity_loss(s) / per_lang}
+        else:
+            m = masks[category]
+            terms = {"disparity": disparity_loss(m * s) / per_pair, "topk": topk_loss(s, m) / per_lang}
+        for term, value in terms.items():
+            totals[term] = value if term not in totals else totals[term] + value
+    return totals
 
 
 def inference_tables(logits: Dict[str, Tensor], keep: Dict[str, int], tau: float) -> Dict[str, Dict[str, Tensor]]:
@@ -252,7 +264,7 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
                 used[category] = masks[category] * s
             else:
                 used[category] = s
-        flat = lambda table: torch.cat([table[c][trained].flatten(1) for c in self.categories()], dim=1)
+        flat = lambda table: {c: table[c][trained].flatten(1) for c in self.categories()}  # (L, N_c) each
         weights = {"sparsity": self.c_s, "disparity": self.c_d, "topk": self.c_t}
         losses = reduced_losses(phase, flat(scores), flat(masks) if phase == 2 else None, self.reduction)
         for term, value in losses.items():
