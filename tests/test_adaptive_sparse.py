@@ -448,11 +448,11 @@ def test_trained_model_beam_search_is_per_sentence(corpus, trained):
     collater = lambda idx: ds.collater([ds[i] for i in idx])  # noqa: E731
     # the first selections (random logits) under which xx and yy differ and the hypotheses end at
     # different steps: which ones do depends on the trained weights
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=20)
     for seed in range(20):
         set_distinct_logits(model, seed=seed)
         if model.selected(XX, "decoder") == model.selected(YY, "decoder"):
             continue
-        generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=20)
         if len({len(h[0]["tokens"]) for h in generator.generate([model], collater(indices))}) >= 2:
             break
     assert_beam_search_mixed_equals_alone(task, model, indices, collater, max_len_b=20, min_distinct_lengths=2)

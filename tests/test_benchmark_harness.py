@@ -202,7 +202,6 @@ def test_trained_checkpoints_compares_two_checkpoints_and_reads_clsr_gates(corpu
             assert result["gates_b1"] is None
 
 
-
 def test_model_args_reach_both_models_under_a_tagged_name(monkeypatch, tmp_path, corpus):
     """`--model-args` (e.g. other dimensions) is appended to A's and B's flags, so it wins over
     the comparison's own; the result goes to NAME-TAG, never over the reference NAME.json.
