@@ -557,7 +557,9 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
             groups[d] = "unknown"
     flags = ["--task", task_name, "--user-dir", PACKAGE_DIR, "--path", checkpoint, "--gen-subset", split,
              "--beam", str(beam), "--lenpen", str(lenpen), "--remove-bpe", "sentencepiece",
-             "--skip-invalid-size-inputs-valid-test", "--no-progress-bar"]
+             "--skip-invalid-size-inputs-valid-test", "--no-progress-bar",
+             # in process: a worker forked per direction inherits the last direction's loader
+             "--num-workers", "0"]
     flags += ["--max-tokens", str(max_tokens)] if max_tokens else []
     flags += ["--batch-size", str(batch_size)] if batch_size else []
     extra = shlex.split(generate_args) if isinstance(generate_args, str) else list(generate_args)

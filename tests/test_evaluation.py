@@ -354,6 +354,21 @@ def test_evaluate_end_to_end(trained_spm_corpus, tmp_path, no_spm_models):
 
 
 @pytest.mark.slow
+def test_evaluate_decodes_in_process(trained_spm_corpus, monkeypatch):
+    """No data-loader worker per direction: a forked worker inherited the previous direction's loader
+    and printed "AssertionError: can only test a child process" tracebacks when it was collected."""
+    from torch.utils.data import dataloader
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("evaluate started a data-loader worker process")
+
+    monkeypatch.setattr(dataloader._MultiProcessingDataLoaderIter, "__init__", forbidden)
+    corpus, checkpoint = trained_spm_corpus
+    res = evaluate(str(checkpoint), str(corpus), directions="en-xx,en-yy", beam=2)
+    assert [row["n"] for row in res["directions"].values()] == [40, 40]
+
+
+@pytest.mark.slow
 def test_evaluate_cli_and_errors(trained_spm_corpus, tmp_path, capsys):
     corpus, checkpoint = trained_spm_corpus
     parser = argparse.ArgumentParser(prog="langshare")
