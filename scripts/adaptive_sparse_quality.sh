@@ -15,7 +15,8 @@
 # training one. Re-running skips finished trainings. The method's settings are the model's
 # defaults (issue 14): auxiliary terms averaged over languages and components (--sparse-loss-reduction
 # mean), logits learning 30x faster (--sparse-logit-lr-scale 30), scores starting at 0.95
-# (--sparse-logit-init 3) and T-bar a 32nd of the run (docs/adaptive_sparse.md, "Damping").
+# (--sparse-logit-init 3), T-bar a 32nd of the run (docs/adaptive_sparse.md, "Damping") and the layers'
+# T-bar an eighth (--sparse-layer-t-bar; "Layers: a later T-bar").
 # SPARSE_EXTRA="..." adds flags to every sparse run (e.g. --sparse-loss-reduction sum for the old form).
 set -euo pipefail
 cd "$(dirname "$0")/.."

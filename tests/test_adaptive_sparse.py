@@ -94,6 +94,30 @@ def test_phase_switch_is_exactly_at_t_bar():
     assert phases == [1, 1, 1, 1, 1, 2, 2, 2]
 
 
+def test_layers_switch_at_their_own_t_bar(corpus):
+    """Between T-bar (heads, blocks) and the layer T-bar, heads and blocks are top-k masked with L_d + L_t
+    while every layer still runs at its sampled score with L_s (Algorithm 1 per category); from the layer
+    T-bar on, each language runs exactly its D' layers."""
+    task, model, _ = build(corpus, "--sparse-t-bar", "2", "--sparse-layer-t-bar", "5")
+    batch = collate(task, mixed_indices(task))
+    model.train()
+    scorer = model.decoder.sparse_scores
+    seen = {}
+    for n in (1, 3, 5):
+        model.set_num_updates(n)
+        logits_of(model, batch)
+        rows = scorer._call["rows"]  # per sentence: the scale each component runs at
+        losses, stats = model.auxiliary_outputs()
+        heads_kept = (rows["heads"] > 0).sum(-1)  # (B, layers)
+        layers_kept = (rows["layers"] > 0).sum(-1)  # (B,)
+        seen[n] = (set(losses), stats["sparse_phase"], heads_kept.unique().tolist(), layers_kept.unique().tolist())
+    assert seen[1] == ({"sparsity_enc", "sparsity_dec"}, 1, [4], [2])
+    assert seen[3] == ({"sparsity_enc", "sparsity_dec", "disparity_enc", "disparity_dec", "topk_enc", "topk_dec"},
+                       pytest.approx(5 / 3), [2], [2])
+    assert seen[5] == ({"disparity_enc", "disparity_dec", "topk_enc", "topk_dec"}, 2, [2], [1])
+    model.eval()
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_model_losses_are_the_equations_on_saturated_scores(corpus, reduction):
     """Logits +50: every Gumbel sample is exactly 1, so each reported term has a closed form.
@@ -498,6 +522,7 @@ def test_analysis_cli_writes_scores_selection_and_pca(trained, tmp_path, capsys)
     (["--sparse-decoder-keep-heads", "5"], "outside 1..4"),
     (["--sparse-encoder-keep-layers", "3"], "outside 1..2"),
     (["--sparse-logit-lr-scale", "0"], "scale must be positive"),
+    (["--sparse-layer-t-bar", "-1"], "--sparse-layer-t-bar -1: T-bar must be a number of updates >= 0"),
 ])
 def test_bad_flags_are_one_line_errors(corpus, flags, message):
     with pytest.raises(ValueError, match=message) as info:
@@ -506,8 +531,16 @@ def test_bad_flags_are_one_line_errors(corpus, flags, message):
 
 
 def test_t_bar_defaults_to_a_32nd_of_the_run_and_is_saved_in_the_config(corpus):
+    """Heads and blocks switch at a 32nd of the run, layers at an eighth (chosen at heads' T-bar, the
+    layers of the gettext O2M decoder were a random split); one T-bar given is Algorithm 1's one T-bar
+    for every category; both given, each its own."""
     _, model, args = build(corpus)  # --max-update 100
     assert args.sparse_t_bar == 3 and {s.t_bar for s in model.scorers().values()} == {3}
+    assert args.sparse_layer_t_bar == 12 and {s.t_bars["layers"] for s in model.scorers().values()} == {12}
+    _, model, args = build(corpus, "--sparse-t-bar", "7")
+    assert args.sparse_layer_t_bar == 7 and {tuple(s.t_bars.values()) for s in model.scorers().values()} == {(7, 7, 7)}
+    _, model, args = build(corpus, "--sparse-t-bar", "7", "--sparse-layer-t-bar", "40")
+    assert {tuple(s.t_bars.values()) for s in model.scorers().values()} == {(7, 7, 40)}
 
 
 def test_missing_language_ids_are_a_clear_error(corpus, full):

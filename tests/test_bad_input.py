@@ -207,6 +207,8 @@ def test_sparse_t_bar_past_max_update_is_refused_at_start_up(corpus, tmp_path, c
     assert "--sparse-t-bar 20 = --max-update 20: this run ends where phase 2 begins" in caplog.text
     check_t_bar(10, 20)
     check_t_bar(50, 0)  # no --max-update: the end of the run is unknown
+    line = fairseq_error(train, task_args(corpus) + sparse + ["--max-update", "20", "--sparse-layer-t-bar", "30"])
+    assert line.startswith("fairseq-train: error: --sparse-layer-t-bar 30 is past --max-update 20: ")
 
 
 # ----------------------------------------------------------------------------- fairseq CLI flags and data

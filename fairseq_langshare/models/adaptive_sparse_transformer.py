@@ -10,8 +10,8 @@ components by the target language (``modules/sparse_scores.py``):
   the bias) and W2's rows;
 * layers (Eq. 7): gamma scales every residual branch of the layer (fairseq's residual hook).
 
-Training follows Algorithm 1 (phase switch at ``--sparse-t-bar`` updates, a function of
-``num_updates``). At inference only the selected components run: per language group, the q/k/v
+Training follows Algorithm 1 (phase switch at ``--sparse-t-bar`` updates, the layers' at
+``--sparse-layer-t-bar``, a function of ``num_updates``). At inference only the selected components run: per language group, the q/k/v
 and output projections of the selected heads only (fairseq's attention then runs with H' heads,
 its incremental cache holds H' heads per sentence), the selected FFN blocks only, and layers no
 sentence of the batch keeps are skipped. ``export_state_dict`` writes a pair's sub-network: a
@@ -78,6 +78,11 @@ class AdaptiveSparseTransformerConfig(TransformerConfig):
     sparse_t_bar: Optional[int] = field(default=None, metadata={
         "help": "T-bar of Algorithm 1: updates of phase 1 (CE + c_s L_s); top-k selection from then on "
                 "(default: a 32nd of --max-update: phase 1 damps every component, docs/adaptive_sparse.md)"})
+    sparse_layer_t_bar: Optional[int] = field(default=None, metadata={
+        "help": "T-bar of the layer scores (--sparse-types layer): the update from which each language's layers are "
+                "chosen (default: --sparse-t-bar when that is given, else an eighth of --max-update: a layer chosen "
+                "before the cross entropy has ranked the layers splits the stack's data at random, "
+                "docs/adaptive_sparse.md)"})
     sparse_tau: float = field(default=1.0, metadata={"help": "Gumbel-softmax temperature of the scores"})
     sparse_logit_init: float = field(default=3.0, metadata={
         "help": "initial logit mu of every component: score sigmoid(value); 3 (0.95) starts from the standard "
@@ -147,6 +152,8 @@ def validate(cfg) -> None:
     if cfg.sparse_t_bar is None or cfg.sparse_t_bar < 0:
         raise ValueError(f"--sparse-t-bar {cfg.sparse_t_bar}: T-bar must be a number of updates >= 0 (pass "
                          "--sparse-t-bar N, or --max-update for its default of a 32nd of the run)")
+    if cfg.sparse_layer_t_bar is not None and cfg.sparse_layer_t_bar < 0:
+        raise ValueError(f"--sparse-layer-t-bar {cfg.sparse_layer_t_bar}: T-bar must be a number of updates >= 0")
     if cfg.checkpoint_activations or cfg.offload_activations:
         raise ValueError("--checkpoint-activations is not supported by adaptive_sparse_transformer (its scores "
                          "travel outside the layer call); train without it")
@@ -162,18 +169,28 @@ def default_t_bar(max_update: int) -> int:
     return max(1, max_update // 32)
 
 
-def check_t_bar(t_bar: int, max_update: int) -> None:
+def default_layer_t_bar(max_update: int) -> int:
+    """An eighth of the run (at least 1 update), near the paper's 8-10%. A layer choice decides which
+    languages' data train a whole layer; at heads' and blocks' 32nd the logits have moved about 0.3
+    against Gumbel noise of standard deviation 1.8, so the layers are chosen at random and the decoder's
+    data split at random (gettext O2M: 0.15 bits of validation NLL behind a later choice, where the
+    languages share the layers the cross entropy ranks first; docs/adaptive_sparse.md, "Layers: a
+    later T-bar")."""
+    return max(1, max_update // 8)
+
+
+def check_t_bar(t_bar: int, max_update: int, flag: str = "--sparse-t-bar") -> None:
     """Algorithm 1 selects the sub-networks in phase 2, from update T-bar on: a run whose --max-update ends
     before T-bar would never select one (refused at start-up); one that ends at T-bar stops at the switch,
     e.g. to be resumed with more updates (a warning with the numbers). No --max-update: nothing to check."""
     if max_update <= 0 or t_bar < max_update:
         return
     if t_bar > max_update:
-        raise ValueError(f"--sparse-t-bar {t_bar} is past --max-update {max_update}: the run would end in phase 1 "
-                         f"of Algorithm 1 and never select a sub-network; pass --sparse-t-bar below {max_update} or "
+        raise ValueError(f"{flag} {t_bar} is past --max-update {max_update}: the run would end in phase 1 "
+                         f"of Algorithm 1 and never select a sub-network; pass {flag} below {max_update} or "
                          f"--max-update above {t_bar}")
-    logger.warning("--sparse-t-bar %d = --max-update %d: this run ends where phase 2 begins, so it trains no selected "
-                   "sub-network; resume it with a larger --max-update to train phase 2", t_bar, max_update)
+    logger.warning("%s %d = --max-update %d: this run ends where phase 2 begins, so it trains no selected "
+                   "sub-network; resume it with a larger --max-update to train phase 2", flag, t_bar, max_update)
 
 
 def make_scorer(cfg, stack: str) -> SparseScorer:
@@ -183,7 +200,8 @@ def make_scorer(cfg, stack: str) -> SparseScorer:
     return SparseScorer(
         STACK_NAMES[stack], side, cfg.num_languages, sub.layers, sub.attention_heads, sub.ffn_embed_dim,
         types=sparse_types(cfg), blocks=cfg.sparse_ffn_blocks, keep_layers=keep["layers"], keep_heads=keep["heads"],
-        keep_blocks=keep["blocks"], t_bar=int(cfg.sparse_t_bar), tau=cfg.sparse_tau, c_s=cfg.sparse_cs,
+        keep_blocks=keep["blocks"], t_bar=int(cfg.sparse_t_bar),
+        layer_t_bar=None if cfg.sparse_layer_t_bar is None else int(cfg.sparse_layer_t_bar), tau=cfg.sparse_tau, c_s=cfg.sparse_cs,
         c_d=cfg.sparse_cd, c_t=cfg.sparse_ct, logit_init=cfg.sparse_logit_init,
         trained_languages=cfg.sparse_trained_languages.get(side), reduction=_value(cfg.sparse_loss_reduction),
         logit_lr_scale=float(cfg.sparse_logit_lr_scale))
@@ -471,8 +489,14 @@ class AdaptiveSparseTransformerModel(LanguageAwareTransformerModel):
                              "multilingual_langshare with --langs")
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
-            if getattr(args, "sparse_t_bar", None) is None and int(getattr(args, "max_update", 0) or 0) > 0:
-                args.sparse_t_bar = default_t_bar(int(args.max_update))  # resolved once, saved in the checkpoint's config
+            max_update = int(getattr(args, "max_update", 0) or 0)
+            if getattr(args, "sparse_layer_t_bar", None) is None:  # resolved once, saved in the checkpoint's config
+                if getattr(args, "sparse_t_bar", None) is not None:  # a T-bar given is Algorithm 1's one T-bar
+                    args.sparse_layer_t_bar = args.sparse_t_bar
+                elif max_update > 0:
+                    args.sparse_layer_t_bar = default_layer_t_bar(max_update)
+            if getattr(args, "sparse_t_bar", None) is None and max_update > 0:
+                args.sparse_t_bar = default_t_bar(max_update)
             cfg = cls.config_class.from_namespace(args)
             _fill_sparse_options(args, cfg)  # the saved config names every option of the method
         cfg.num_languages = len(inventory)
@@ -482,7 +506,10 @@ class AdaptiveSparseTransformerModel(LanguageAwareTransformerModel):
 
     def check_training_run(self, args) -> None:
         """Called by the task when a training run builds the model (not when a checkpoint is decoded)."""
-        check_t_bar(int(self.encoder.sparse_scores.t_bar), int(getattr(args, "max_update", 0) or 0))
+        scorer, max_update = self.encoder.sparse_scores, int(getattr(args, "max_update", 0) or 0)
+        check_t_bar(int(scorer.t_bar), max_update)
+        if "layer" in scorer.types and scorer.t_bars["layers"] != scorer.t_bar:
+            check_t_bar(int(scorer.t_bars["layers"]), max_update, "--sparse-layer-t-bar")
 
     def scorers(self) -> Dict[str, SparseScorer]:
         return {"encoder": self.encoder.sparse_scores, "decoder": self.decoder.sparse_scores}

@@ -9,6 +9,8 @@ language and component per forward call, and every sentence takes the draws of i
 * Phase 2 (from T-bar on): binary masks ``m`` keep the top-k scores of each category (H' heads
   per layer, K' blocks per layer, D' layers), components are scaled by ``m * s``; losses
   ``c_d L_d(m * s)`` (Eq. 9) and ``c_t L_t(s, m)`` (Eq. 10).
+* Each category switches at its own T-bar: heads and blocks at ``t_bar``, layers at ``layer_t_bar``
+  (the model's default: an eighth of the run against a 32nd; the same when one T-bar is given).
 * Inference: no noise. ``m`` is the top-k of mu per language (ties to the lower index) and the
   kept components are scaled by the noise-free score ``sigmoid(mu / tau)``; unselected heads,
   blocks and layers do not run.
@@ -38,7 +40,7 @@ times faster than the weights, so a selection can become decisive in a short run
 import contextlib
 import itertools
 import math
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -83,12 +85,13 @@ def topk_loss(s: Tensor, m: Tensor) -> Tensor:
     return ((s.float() - m.float()) ** 2).sum()
 
 
-def reduced_losses(phase: int, scores: Dict[str, Tensor], masks: Optional[Dict[str, Tensor]] = None,
-                   reduction: str = "mean") -> Dict[str, Tensor]:
-    """The auxiliary terms of a phase on each category's (L, N_c) scores (and masks in phase 2):
-    phase 1 ``{"sparsity": L_s}``, phase 2 ``{"disparity": L_d(m * s), "topk": L_t(s, m)}``, summed
-    over the categories. ``reduction`` "sum" is Eq. 8-10 literally; "mean" divides each category's
-    sum by its number of terms (L N_c, or P N_c pairs for L_d; see the module docstring)."""
+def reduced_losses(phase: Union[int, Dict[str, int]], scores: Dict[str, Tensor],
+                   masks: Optional[Dict[str, Tensor]] = None, reduction: str = "mean") -> Dict[str, Tensor]:
+    """The auxiliary terms on each category's (L, N_c) scores (and masks in phase 2), by the category's
+    phase (one for all, or per category): phase 1 ``{"sparsity": L_s}``, phase 2 ``{"disparity":
+    L_d(m * s), "topk": L_t(s, m)}``, each term summed over the categories it applies to. ``reduction``
+    "sum" is Eq. 8-10 literally; "mean" divides each category's sum by its number of terms (L N_c, or
+    P N_c pairs for L_d; see the module docstring)."""
     if reduction not in REDUCTIONS:
         raise ValueError(f"sparse loss reduction {reduction!r}: use one of {', '.join(REDUCTIONS)}")
     totals = {}
@@ -96,7 +99,7 @@ def reduced_losses(phase: int, scores: Dict[str, Tensor], masks: Optional[Dict[s
         langs, n = s.shape
         per_lang = 1.0 if reduction == "sum" else float(langs * n)
         per_pair = 1.0 if reduction == "sum" else float(max(langs * (langs - 1) // 2, 1) * n)
-        if phase == 1:
+        if (phase[category] if isinstance(phase, dict) else phase) == 1:
             terms = {"sparsity": sparsity_loss(s) / per_lang}
         else:
             m = masks[category]
@@ -172,7 +175,7 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
 
     def __init__(self, name: str, side: str, num_langs: int, num_layers: int, num_heads: int, ffn_dim: int, *,
                  types: Sequence[str], blocks: int, keep_layers: int, keep_heads: int, keep_blocks: int,
-                 t_bar: int, tau: float = 1.0, c_s: float = 0.1, c_d: float = 0.02, c_t: float = 0.1,
+                 t_bar: int, layer_t_bar: Optional[int] = None, tau: float = 1.0, c_s: float = 0.1, c_d: float = 0.02, c_t: float = 0.1,
                  logit_init: float = 0.0, trained_languages: Optional[Sequence[int]] = None,
                  reduction: str = "mean", logit_lr_scale: float = 1.0):
         super().__init__()
@@ -181,6 +184,8 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         self.block_width = ffn_dim // blocks if blocks else 0
         self.keep = {"layers": keep_layers, "heads": keep_heads, "blocks": keep_blocks}
         self.t_bar, self.tau, self.c_s, self.c_d, self.c_t = t_bar, tau, c_s, c_d, c_t
+        # T-bar per category: the layers may switch later than heads and blocks (None: Algorithm 1's one T-bar)
+        self.t_bars = {"heads": t_bar, "blocks": t_bar, "layers": t_bar if layer_t_bar is None else layer_t_bar}
         if reduction not in REDUCTIONS:
             raise ValueError(f"sparse loss reduction {reduction!r}: use one of {', '.join(REDUCTIONS)}")
         self.reduction = reduction
@@ -202,9 +207,10 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         name = f"{category}_logits"
         return scaled_value(self, name) if hasattr(self, name) else None
 
-    def phase(self) -> int:
-        """Algorithm 1: update t (1-based, trained with num_updates = t - 1) is in phase 2 when t > T-bar."""
-        return 1 if self.num_updates < self.t_bar else 2
+    def phase(self, category: str = "heads") -> int:
+        """Algorithm 1: update t (1-based, trained with num_updates = t - 1) is in phase 2 when t > T-bar,
+        the category's T-bar (heads and blocks: ``t_bar``; layers: ``layer_t_bar``)."""
+        return 1 if self.num_updates < self.t_bars[category] else 2
 
     # --- the deterministic inference decision --------------------------------------------------
     def inference_tables(self) -> Dict[str, Dict[str, Tensor]]:
@@ -254,22 +260,22 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
 
     def _sample(self, lang_ids: Tensor) -> Dict[str, Tensor]:
         trained = self.trained_languages
-        phase = self.phase()
+        phases = {category: self.phase(category) for category in self.categories()}
         scores, masks, used = {}, {}, {}
         for category in self.categories():
             s = gumbel_sigmoid(self.logits(category), self.tau)  # one draw per language and component
             scores[category] = s
-            if phase == 2:
+            if phases[category] == 2:
                 masks[category] = topk_mask(s, self.keep[category])
                 used[category] = masks[category] * s
             else:
                 used[category] = s
-        flat = lambda table: {c: table[c][trained].flatten(1) for c in self.categories()}  # (L, N_c) each
+        flat = lambda table: {c: t[trained].flatten(1) for c, t in table.items()}  # (L, N_c) each
         weights = {"sparsity": self.c_s, "disparity": self.c_d, "topk": self.c_t}
-        losses = reduced_losses(phase, flat(scores), flat(masks) if phase == 2 else None, self.reduction)
+        losses = reduced_losses(phases, flat(scores), flat(masks), self.reduction)
         for term, value in losses.items():
             self.report_loss(f"{term}_{self.name}", value, weights[term])
-        self.report_stat("sparse_phase", phase)
+        self.report_stat("sparse_phase", sum(phases.values()) / len(phases))  # 1 or 2; between while layers wait
         return {category: table.index_select(0, lang_ids) for category, table in used.items()}
 
     def _check(self, batch: int):
