@@ -11,10 +11,10 @@ components by the target language (``modules/sparse_scores.py``):
 * layers (Eq. 7): gamma scales every residual branch of the layer (fairseq's residual hook).
 
 Training follows Algorithm 1 (phase switch at ``--sparse-t-bar`` updates, the layers' at
-``--sparse-layer-t-bar``, a function of ``num_updates``). At inference only the selected components run: per language group, the q/k/v
-and output projections of the selected heads only (fairseq's attention then runs with H' heads,
-its incremental cache holds H' heads per sentence), the selected FFN blocks only, and layers no
-sentence of the batch keeps are skipped. ``export_state_dict`` writes a pair's sub-network: a
+``--sparse-layer-t-bar``, a function of ``num_updates``). At inference only the selected
+components run: per language group, the q/k/v and output projections of the selected heads only
+(fairseq's attention then runs with H' heads, its incremental cache holds H' heads per sentence),
+the selected FFN blocks only, and layers no sentence of the batch keeps are skipped. ``export_state_dict`` writes a pair's sub-network: a
 plain fairseq ``transformer`` without head sparsity, ``adaptive_sparse_single`` (fairseq's
 transformer with H'-head attention projections) with it.
 """
@@ -201,8 +201,8 @@ def make_scorer(cfg, stack: str) -> SparseScorer:
         STACK_NAMES[stack], side, cfg.num_languages, sub.layers, sub.attention_heads, sub.ffn_embed_dim,
         types=sparse_types(cfg), blocks=cfg.sparse_ffn_blocks, keep_layers=keep["layers"], keep_heads=keep["heads"],
         keep_blocks=keep["blocks"], t_bar=int(cfg.sparse_t_bar),
-        layer_t_bar=None if cfg.sparse_layer_t_bar is None else int(cfg.sparse_layer_t_bar), tau=cfg.sparse_tau, c_s=cfg.sparse_cs,
-        c_d=cfg.sparse_cd, c_t=cfg.sparse_ct, logit_init=cfg.sparse_logit_init,
+        layer_t_bar=None if cfg.sparse_layer_t_bar is None else int(cfg.sparse_layer_t_bar),
+        tau=cfg.sparse_tau, c_s=cfg.sparse_cs, c_d=cfg.sparse_cd, c_t=cfg.sparse_ct, logit_init=cfg.sparse_logit_init,
         trained_languages=cfg.sparse_trained_languages.get(side), reduction=_value(cfg.sparse_loss_reduction),
         logit_lr_scale=float(cfg.sparse_logit_lr_scale))
 
