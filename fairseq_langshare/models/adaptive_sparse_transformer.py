@@ -14,9 +14,10 @@ Training follows Algorithm 1 (phase switch at ``--sparse-t-bar`` updates, the la
 ``--sparse-layer-t-bar``, a function of ``num_updates``). At inference only the selected
 components run: per language group, the q/k/v and output projections of the selected heads only
 (fairseq's attention then runs with H' heads, its incremental cache holds H' heads per sentence),
-the selected FFN blocks only, and layers no sentence of the batch keeps are skipped. ``export_state_dict`` writes a pair's sub-network: a
-plain fairseq ``transformer`` without head sparsity, ``adaptive_sparse_single`` (fairseq's
-transformer with H'-head attention projections) with it.
+the selected FFN blocks only, and layers no sentence of the batch keeps are skipped.
+``export_state_dict`` writes a pair's sub-network: a plain fairseq ``transformer`` without head
+sparsity, ``adaptive_sparse_single`` (fairseq's transformer with H'-head attention projections)
+with it.
 """
 
 import logging

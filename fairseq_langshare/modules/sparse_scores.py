@@ -175,7 +175,8 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
 
     def __init__(self, name: str, side: str, num_langs: int, num_layers: int, num_heads: int, ffn_dim: int, *,
                  types: Sequence[str], blocks: int, keep_layers: int, keep_heads: int, keep_blocks: int,
-                 t_bar: int, layer_t_bar: Optional[int] = None, tau: float = 1.0, c_s: float = 0.1, c_d: float = 0.02, c_t: float = 0.1,
+                 t_bar: int, layer_t_bar: Optional[int] = None, tau: float = 1.0, c_s: float = 0.1,
+                 c_d: float = 0.02, c_t: float = 0.1,
                  logit_init: float = 0.0, trained_languages: Optional[Sequence[int]] = None,
                  reduction: str = "mean", logit_lr_scale: float = 1.0):
         super().__init__()
