@@ -3,8 +3,11 @@
 # setting for every model, so runs compare at equal updates. Set UPDATES, OUT and optionally
 # DIRECTION, CORPUS and SEED (default 1) before sourcing. Two recipes at once on a small
 # CPU machine: give each OMP_NUM_THREADS=1 (two fairseq-train processes with one intra-op thread per
-# core each oversubscribe the cores and ran 10x slower here).
+# core each oversubscribe the cores and ran 10x slower here). DEVICE=cuda trains on the GPU; decoding
+# stays on the CPU (one thread), as in `langshare head-to-head --device cuda` (docs/head_to_head.md).
 UPDATES=${UPDATES:-1500}
+DEVICE=${DEVICE:-cpu}
+case $DEVICE in cpu) CPU_FLAG=--cpu ;; cuda) CPU_FLAG= ;; *) echo "DEVICE=$DEVICE: give cpu or cuda" >&2; exit 2 ;; esac
 DIRECTION=${DIRECTION:-o2m}
 if [ "$DIRECTION" = o2m ]; then CORPUS=${CORPUS:-demo_run/corpus}; else CORPUS=${CORPUS:-demo_run/corpus_$DIRECTION}; fi
 PKG=$(pwd)/fairseq_langshare
@@ -30,7 +33,7 @@ train() {  # NAME ARGS...  (re-running resumes an unfinished run and skips a fin
         --optimizer adam --adam-betas '(0.9,0.98)' --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 400 \
         --max-tokens 2048 --max-update "$UPDATES" --save-dir "$OUT/$name" --no-epoch-checkpoints \
         --validate-interval-updates 500 --save-interval-updates 500 --keep-interval-updates 1 \
-        --cpu --num-workers 0 --seed "${SEED:-1}" --log-format simple --log-interval 100 "$@" 2>&1 \
+        $CPU_FLAG --num-workers 0 --seed "${SEED:-1}" --log-format simple --log-interval 100 "$@" 2>&1 \
         | tee "$OUT/$name.train.log" \
         | { grep --line-buffered -E "train_inner|valid on|done training|Error" || true; }
     grep -q "done training" "$OUT/$name.train.log" && touch "$OUT/$name/finished-$UPDATES"
@@ -38,6 +41,6 @@ train() {  # NAME ARGS...  (re-running resumes an unfinished run and skips a fin
 
 evaluate() {  # NAME [BASELINE_JSON]
     local name=$1 baseline=${2:-}
-    langshare evaluate "$OUT/$name/checkpoint_last.pt" "$CORPUS" --split test --beam 4 \
+    langshare evaluate "$OUT/$name/checkpoint_last.pt" "$CORPUS" --split test --beam 4 --generate-args=--cpu \
         ${baseline:+--baseline "$baseline"} --out-json "$OUT/$name.json" --out-md "$OUT/$name.md"
 }

@@ -108,6 +108,7 @@ def test_training_settings_are_quality_libs(tmp_path):
               "$OUT/$name": str(tmp_path / "run"), "${SEED:-1}": "1"}  # SEED unset: seed 1, as the run's
     for var, value in values.items():
         command = command.replace(f'"{var}"', shlex.quote(value))
+    command = command.replace("$CPU_FLAG", "--cpu")  # DEVICE's default, cpu, as the Run's
     theirs = shlex.split(command)
     root = tmp_path / "corpus"
     root.mkdir()
