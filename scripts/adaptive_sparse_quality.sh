@@ -20,6 +20,8 @@
 # mean), logits learning 30x faster (--sparse-logit-lr-scale 30), scores starting at 0.95
 # (--sparse-logit-init 3), T-bar a 32nd of the run (docs/adaptive_sparse.md, "Damping") and the layers'
 # T-bar an eighth (--sparse-layer-t-bar; "Layers: a later T-bar").
+# ATTN_HEADS=wide: attention at the baseline's active width instead of the paper's 3 of 4 heads: on the side
+# with many languages 5 heads of 32 dims (--sparse-head-dim), 4 kept per language (docs/adaptive_sparse.md).
 # SPARSE_EXTRA="..." adds flags to every sparse run (e.g. --sparse-loss-reduction sum for the old form).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +40,9 @@ fi
 # MANY: the side with the 8 languages; ONE: the side with English only
 if [ "$DIRECTION" = o2m ]; then MANY=decoder; ONE=encoder; else MANY=encoder; ONE=decoder; fi
 ATTN=(--sparse-$MANY-keep-heads 3 --sparse-$ONE-keep-heads 4)
+if [ "${ATTN_HEADS:-paper}" = wide ]; then  # 5 heads of 32 on the side with many languages, 4 kept: 128 active
+    ATTN=(--$MANY-attention-heads 5 --sparse-head-dim 32 --sparse-$MANY-keep-heads 4 --sparse-$ONE-keep-heads 4)
+fi
 FFN=(--encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --sparse-ffn-blocks 8
      --sparse-encoder-keep-blocks 4 --sparse-decoder-keep-blocks 4)
 LAYER=(--$MANY-layers 4 --sparse-$MANY-keep-layers 2 --$ONE-layers 2 --sparse-$ONE-keep-layers 2)

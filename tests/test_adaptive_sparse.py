@@ -300,7 +300,10 @@ def test_sliced_weights_follow_the_decision_and_the_weights(corpus):
 
 
 def test_mixed_batch_equals_each_sentence_alone(full):
-    task, model, _ = full
+    assert_mixed_equals_alone(*full[:2])
+
+
+def assert_mixed_equals_alone(task, model):
     batch = collate(task, mixed_indices(task))
     ids = batch["net_input"]
     assert len(set(ids["src_lang_id"].tolist())) == 2 and len(set(ids["tgt_lang_id"].tolist())) == 2
@@ -357,18 +360,23 @@ def test_export_state_dict_is_the_pairs_sub_network(corpus, types):
     export_cls = TransformerModel if "attn" not in types else AdaptiveSparseSingleModel
     assert AdaptiveSparseTransformerModel.export_model(args) == ("transformer" if "attn" not in types
                                                                  else "adaptive_sparse_single")
-    ds = task.dataset("valid")
-    for start in [0] + list(ds.cumulative_sizes[:-1]):  # en-xx, en-yy, xx-yy (zero-shot)
-        batch = collate(task, list(range(start, start + 4)))
-        ni = dict(batch["net_input"])
-        src, tgt = int(ni["src_lang_id"][0]), int(ni["tgt_lang_id"][0])
-        weights, changes = AdaptiveSparseTransformerModel.export_state_dict(model.state_dict(), args, src, tgt)
+    for weights, changes in assert_pairs_export_equal(task, model, args, export_cls):
         if "layer" in types:
             assert changes["encoder_layers"] == 1 and changes["decoder_layers"] == 1
         if "ffn" in types:
             assert changes["encoder_ffn_embed_dim"] == 32 and weights["decoder.layers.0.fc1.weight"].shape == (32, 32)
         if "attn" in types:
             assert weights["encoder.layers.0.self_attn.q_proj.weight"].shape == (16, 32)
+
+
+def assert_pairs_export_equal(task, model, args, export_cls):
+    """Every pair's exported sub-network gives the full model's output; yields (weights, changes)."""
+    ds = task.dataset("valid")
+    for start in [0] + list(ds.cumulative_sizes[:-1]):  # en-xx, en-yy, xx-yy (zero-shot)
+        batch = collate(task, list(range(start, start + 4)))
+        ni = dict(batch["net_input"])
+        src, tgt = int(ni["src_lang_id"][0]), int(ni["tgt_lang_id"][0])
+        weights, changes = AdaptiveSparseTransformerModel.export_state_dict(model.state_dict(), args, src, tgt)
         exported = export_cls.build_model(namespace_with(args, changes), task).eval()
         exported.load_state_dict(weights, strict=True)
         with torch.no_grad():
@@ -376,6 +384,49 @@ def test_export_state_dict_is_the_pairs_sub_network(corpus, types):
             for key in ("src_lang_id", "tgt_lang_id"):
                 ni.pop(key)
             torch.testing.assert_close(exported(**ni)[0], expected, rtol=1e-4, atol=1e-5)
+        yield weights, changes
+
+
+# 5 heads of 8 at d = 32: q/k/v project to 40; 4 kept, so every language runs the dense width 32
+WIDE_HEADS = ["--sparse-types", "attn", "--encoder-attention-heads", "5", "--decoder-attention-heads", "5",
+              "--sparse-head-dim", "8", "--sparse-encoder-keep-heads", "4", "--sparse-decoder-keep-heads", "4"]
+
+
+def test_wide_heads_run_the_dense_width_per_language_and_export(corpus):
+    """--sparse-head-dim: heads wider than d / H. Training holds all 5 heads; at inference each
+    language's 4 heads project to 32 (= d); mixed batches equal each sentence alone; each pair
+    exports to a model with 4 heads of 8 that gives the same output."""
+    task, model, args = build(corpus, *WIDE_HEADS)
+    set_distinct_logits(model, seed=4)
+    model.eval()
+    for attn in (model.encoder.layers[0].self_attn, model.decoder.layers[1].encoder_attn):
+        assert attn.q_proj.weight.shape == (40, 32) and attn.out_proj.weight.shape == (32, 40)
+        assert attn.head_dim == 8 and attn.scaling == 8 ** -0.5
+    widths = []
+    hook = model.decoder.layers[0].self_attn.q_proj.register_forward_hook(
+        lambda m, inp, out: widths.append(out.size(-1)))
+    try:
+        with torch.no_grad():
+            logits_of(model, collate(task, [0, 1, 2]))
+    finally:
+        hook.remove()
+    assert set(widths) == {32}
+    assert_mixed_equals_alone(task, model)
+    assert_beam_search_mixed_equals_alone(task, model, max_len_b=10)
+    model.train()
+    try:
+        for updates in (0, 99):  # phase 1 (every head, scaled) and phase 2 (each language's 4 heads)
+            model.set_num_updates(updates)
+            model.zero_grad()
+            logits_of(model, collate(task, mixed_indices(task))).logsumexp(-1).mean().backward()
+            grad = model.decoder.layers[0].self_attn.q_proj.weight.grad
+            assert grad.shape == (40, 32) and torch.isfinite(grad).all() and grad.abs().sum() > 0
+            model.auxiliary_outputs()
+    finally:
+        model.eval()
+    for weights, changes in assert_pairs_export_equal(task, model, args, AdaptiveSparseSingleModel):
+        assert changes["sparse_single_head_dim"] == 8 and changes["sparse_single_decoder_heads"] == 4
+        assert weights["decoder.layers.0.encoder_attn.q_proj.weight"].shape == (32, 32)
 
 
 def test_export_fills_options_a_namespace_leaves_out(corpus):
@@ -522,6 +573,7 @@ def test_analysis_cli_writes_scores_selection_and_pca(trained, tmp_path, capsys)
     (["--sparse-decoder-keep-heads", "5"], "outside 1..4"),
     (["--sparse-encoder-keep-layers", "3"], "outside 1..2"),
     (["--sparse-logit-lr-scale", "0"], "scale must be positive"),
+    (["--sparse-types", "ffn", "--sparse-head-dim", "16"], "--sparse-head-dim 16: a head size > 0 that"),
     (["--sparse-layer-t-bar", "-1"], "--sparse-layer-t-bar -1: T-bar must be a number of updates >= 0"),
 ])
 def test_bad_flags_are_one_line_errors(corpus, flags, message):

@@ -20,6 +20,7 @@ sparsity, ``adaptive_sparse_single`` (fairseq's transformer with H'-head attenti
 with it.
 """
 
+import copy
 import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -72,6 +73,10 @@ class AdaptiveSparseTransformerConfig(TransformerConfig):
         "help": "H': heads per encoder layer each source language keeps (0: half, rounded up)"})
     sparse_decoder_keep_heads: int = field(default=0, metadata={
         "help": "H': heads per decoder layer each target language keeps (0: half, rounded up)"})
+    sparse_head_dim: int = field(default=0, metadata={
+        "help": "size of every attention head (0: embed_dim / attention_heads, fairseq's). With --sparse-types attn, "
+                "heads wider than that let the H' kept heads match a dense model's attention width, e.g. at d = 128 "
+                "5 heads of 32 with 4 kept (q/k/v project to 160, each language runs 128; docs/adaptive_sparse.md)"})
     sparse_encoder_keep_blocks: int = field(default=0, metadata={
         "help": "K': FFN blocks per encoder layer each source language keeps (0: half of K, rounded up)"})
     sparse_decoder_keep_blocks: int = field(default=0, metadata={
@@ -143,6 +148,9 @@ def validate(cfg) -> None:
                 raise ValueError(f"--sparse-{stack}-keep-{category} {value} is outside 1..{totals[category]} (the "
                                  f"{category} of a {stack} {'stack' if category == 'layers' else 'layer'}); pass a "
                                  "budget within it (0: half)")
+    if cfg.sparse_head_dim < 0 or (cfg.sparse_head_dim and "attn" not in types):
+        raise ValueError(f"--sparse-head-dim {cfg.sparse_head_dim}: a head size > 0 that --sparse-types attn selects "
+                         "heads of (without attn it would only widen every attention); add attn, or pass 0")
     if not cfg.sparse_logit_lr_scale > 0:
         raise ValueError(f"--sparse-logit-lr-scale {cfg.sparse_logit_lr_scale}: the scale must be positive (1: none)")
     if cfg.sparse_tau <= 0:
@@ -218,10 +226,14 @@ class SparseAttention(MultiheadAttention):
     """fairseq's attention whose projections are ``RoutedLinear`` (same parameter names). Training:
     alpha (B, H) scales the concatenated head outputs before ``out_proj`` (Eq. 5). Inference: every
     language group projects onto its H' selected heads only (alpha folded into ``out_proj``), and
-    fairseq's attention runs with H' heads (its incremental cache holds each sentence's H' heads)."""
+    fairseq's attention runs with H' heads (its incremental cache holds each sentence's H' heads).
+    ``head_dim`` > 0 other than embed_dim / num_heads: heads of that size (``reshape_heads``)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, embed_dim, num_heads, *args, head_dim: int = 0, **kwargs):
+        wide = head_dim > 0 and head_dim * num_heads != embed_dim
+        super().__init__(embed_dim, 1 if wide else num_heads, *args, **kwargs)  # fairseq asserts H | d
+        if wide:
+            reshape_heads(self, num_heads, head_dim, initialise=True)
         for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
             old = getattr(self, name)
             new = RoutedLinear(old.in_features, old.out_features, bias=old.bias is not None)
@@ -381,7 +393,7 @@ class SparseEncoderLayer(SparseLayerMixin, TransformerEncoderLayerBase):
 
     def build_self_attention(self, embed_dim, cfg):
         return _heads_if_sparse(SparseAttention(embed_dim, cfg.encoder.attention_heads, dropout=cfg.attention_dropout,
-                                                self_attention=True), cfg)
+                                                self_attention=True, head_dim=cfg.sparse_head_dim), cfg)
 
     def forward(self, x, encoder_padding_mask, attn_mask=None):
         parent = super(SparseEncoderLayer, self).forward
@@ -398,12 +410,12 @@ class SparseDecoderLayer(SparseLayerMixin, TransformerDecoderLayerBase):
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         return _heads_if_sparse(SparseAttention(embed_dim, cfg.decoder.attention_heads, dropout=cfg.attention_dropout,
                                                 add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn,
-                                                self_attention=True), cfg)
+                                                self_attention=True, head_dim=cfg.sparse_head_dim), cfg)
 
     def build_encoder_attention(self, embed_dim, cfg):
         return _heads_if_sparse(SparseAttention(embed_dim, cfg.decoder.attention_heads, kdim=cfg.encoder.embed_dim,
                                                 vdim=cfg.encoder.embed_dim, dropout=cfg.attention_dropout,
-                                                encoder_decoder_attention=True), cfg)
+                                                encoder_decoder_attention=True, head_dim=cfg.sparse_head_dim), cfg)
 
     def forward(self, x, encoder_out=None, encoder_padding_mask=None, incremental_state=None,
                 prev_self_attn_state=None, prev_attn_state=None, self_attn_mask=None, self_attn_padding_mask=None,
@@ -587,7 +599,7 @@ def export_pair_state(state_dict, model_cfg, src_id: int, tgt_id: int):
         changes[f"{stack}_layers"] = len(layers)
         embed = int(getattr(ns, f"{stack}_embed_dim"))
         heads = int(getattr(ns, f"{stack}_attention_heads"))
-        hd = embed // heads
+        hd = int(ns.sparse_head_dim or 0) or embed // heads
         ffn = int(getattr(ns, f"{stack}_ffn_embed_dim"))
         for new, old in enumerate(layers):
             src, dst = f"{stack}.layers.{old}.", f"{stack}.layers.{new}."
@@ -620,6 +632,8 @@ def export_pair_state(state_dict, model_cfg, src_id: int, tgt_id: int):
             out.update({dst + k: v for k, v in layer.items()})
         if "heads" in tables:
             changes[f"sparse_single_{stack}_heads"] = int(tables["heads"]["index"].size(-1))
+            if hd * heads != embed:
+                changes["sparse_single_head_dim"] = hd
     return out, changes
 
 
@@ -632,35 +646,59 @@ class AdaptiveSparseSingleConfig(TransformerConfig):
                 "encoder_embed_dim / encoder_attention_heads); 0: all"})
     sparse_single_decoder_heads: int = field(default=0, metadata={
         "help": "heads of every decoder self- and cross-attention (as for the encoder); 0: all"})
+    sparse_single_head_dim: int = field(default=0, metadata={
+        "help": "head size of every attention (--sparse-head-dim of the full model); 0: embed_dim / attention_heads"})
 
 
-def prune_heads(attention: MultiheadAttention, heads: int) -> MultiheadAttention:
-    """Shape ``attention`` for ``heads`` heads of the original head size (fairseq's own pruned
-    attention: ``num_heads``/``embed_dim`` reduced, ``skip_embed_dim_check``)."""
-    if heads <= 0 or heads == attention.num_heads:
-        return attention
-    inner = heads * attention.head_dim
+def reshape_heads(attention: MultiheadAttention, heads: int, head_dim: int, initialise: bool = False):
+    """Shape ``attention`` for ``heads`` heads of ``head_dim`` (fairseq's own pruned attention:
+    q/k/v project to heads x head_dim, ``out_proj`` back, ``num_heads``/``embed_dim``/``scaling`` set,
+    ``skip_embed_dim_check``); ``initialise``: fairseq's initialisation of the new projections."""
+    if attention.bias_k is not None:
+        raise ValueError("--sparse-head-dim does not support add_bias_kv attentions; train without it")
+    inner = heads * head_dim
     for name in ("q_proj", "k_proj", "v_proj"):
         old = getattr(attention, name)
         setattr(attention, name, nn.Linear(old.in_features, inner, bias=old.bias is not None))
     attention.out_proj = nn.Linear(inner, attention.out_proj.out_features, bias=attention.out_proj.bias is not None)
-    attention.num_heads, attention.embed_dim = heads, inner
+    attention.num_heads, attention.head_dim, attention.embed_dim = heads, head_dim, inner
+    attention.scaling = head_dim ** -0.5
     attention.skip_embed_dim_check = True
+    if initialise:
+        attention.reset_parameters()
     return attention
+
+
+def _single_attention(build, cfg, stack: str) -> MultiheadAttention:
+    """The exported pair's attention: H' heads (``sparse_single_<stack>_heads``, 0: all) of
+    ``sparse_single_head_dim`` (0: fairseq's d / H). ``build(cfg)`` is fairseq's builder."""
+    sub = getattr(cfg, stack)
+    head_dim = cfg.sparse_single_head_dim or sub.embed_dim // sub.attention_heads
+    heads = getattr(cfg, f"sparse_single_{stack}_heads") or sub.attention_heads
+    if head_dim * sub.attention_heads != sub.embed_dim:  # fairseq asserts H | d: build one head, then reshape
+        cfg = copy.copy(cfg)
+        setattr(cfg, stack, copy.copy(sub))
+        getattr(cfg, stack).attention_heads = 1
+    attention = build(cfg)
+    if (heads, head_dim) == (attention.num_heads, attention.head_dim):
+        return attention
+    return reshape_heads(attention, heads, head_dim)
 
 
 class _SingleEncoderLayer(TransformerEncoderLayerBase):
     def build_self_attention(self, embed_dim, cfg):
-        return prune_heads(super().build_self_attention(embed_dim, cfg), cfg.sparse_single_encoder_heads)
+        return _single_attention(lambda c: super(_SingleEncoderLayer, self).build_self_attention(embed_dim, c),
+                                 cfg, "encoder")
 
 
 class _SingleDecoderLayer(TransformerDecoderLayerBase):
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
-        return prune_heads(super().build_self_attention(embed_dim, cfg, add_bias_kv, add_zero_attn),
-                           cfg.sparse_single_decoder_heads)
+        return _single_attention(lambda c: super(_SingleDecoderLayer, self).build_self_attention(
+            embed_dim, c, add_bias_kv, add_zero_attn), cfg, "decoder")
 
     def build_encoder_attention(self, embed_dim, cfg):
-        return prune_heads(super().build_encoder_attention(embed_dim, cfg), cfg.sparse_single_decoder_heads)
+        return _single_attention(lambda c: super(_SingleDecoderLayer, self).build_encoder_attention(embed_dim, c),
+                                 cfg, "decoder")
 
 
 class _SingleEncoder(TransformerEncoderBase):
