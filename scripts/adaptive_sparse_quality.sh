@@ -10,7 +10,9 @@
 #   layer  the target side (O2M: decoder) or source side (M2O: encoder) has 4 layers, 2 kept;
 #   all    the three together;
 #   prenorm  no sparsity: the baseline with pre-norm layers, as the sparse models have (Eq. 7), to
-#            tell the sparsity's effect from the layer-norm placement's.
+#            tell the sparsity's effect from the layer-norm placement's;
+#   denseffn the pre-norm baseline with the FFN type's total FFN (1024), all of it active (twice the
+#            baseline's FFN compute): the capacity FFN sparsity selects from, as a diagnostic.
 # Each run is evaluated on every test direction with the win ratio against the baseline.
 #   DIRECTION=o2m UPDATES=2000 OUT=runs/adaptive_sparse_o2m bash scripts/adaptive_sparse_quality.sh
 #   DIRECTION=m2o UPDATES=2000 OUT=runs/adaptive_sparse_m2o bash scripts/adaptive_sparse_quality.sh
@@ -52,11 +54,14 @@ for TYPE in $TYPES; do
         ffn) ARGS=(--sparse-types ffn --encoder-layers 2 --decoder-layers 2 "${FFN[@]}") ;;
         layer) ARGS=(--sparse-types layer "${LAYER[@]}") ;;
         all) ARGS=(--sparse-types attn,ffn,layer "${ATTN[@]}" "${FFN[@]}" "${LAYER[@]}") ;;
-        prenorm)
-            train baseline_prenorm --arch langshare_transformer_small --encoder-normalize-before --decoder-normalize-before
-            evaluate baseline_prenorm "$BASELINE_JSON"
+        prenorm|denseffn)
+            name=baseline_prenorm DENSE=()
+            [ "$TYPE" = denseffn ] && name=baseline_dense_ffn DENSE=("${FFN[@]:0:4}")  # the FFN widths only
+            train $name --arch langshare_transformer_small --encoder-normalize-before --decoder-normalize-before \
+                ${DENSE[@]+"${DENSE[@]}"}
+            evaluate $name "$BASELINE_JSON"
             continue ;;
-        *) echo "unknown sparsity type $TYPE: give TYPES from 'attn ffn layer all prenorm'" >&2; exit 2 ;;
+        *) echo "unknown sparsity type $TYPE: give TYPES from 'attn ffn layer all prenorm denseffn'" >&2; exit 2 ;;
     esac
     # shellcheck disable=SC2086
     train "sparse_$TYPE" --arch adaptive_sparse_transformer_small "${ARGS[@]}" ${SPARSE_EXTRA:-}
