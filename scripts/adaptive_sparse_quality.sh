@@ -45,8 +45,8 @@ ATTN=(--sparse-$MANY-keep-heads 3 --sparse-$ONE-keep-heads 4)
 if [ "${ATTN_HEADS:-paper}" = wide ]; then  # 5 heads of 32 on the side with many languages, 4 kept: 128 active
     ATTN=(--$MANY-attention-heads 5 --sparse-head-dim 32 --sparse-$MANY-keep-heads 4 --sparse-$ONE-keep-heads 4)
 fi
-FFN=(--encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --sparse-ffn-blocks 8
-     --sparse-encoder-keep-blocks 4 --sparse-decoder-keep-blocks 4)
+FFN_WIDTH=(--encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024)
+FFN=("${FFN_WIDTH[@]}" --sparse-ffn-blocks 8 --sparse-encoder-keep-blocks 4 --sparse-decoder-keep-blocks 4)
 LAYER=(--$MANY-layers 4 --sparse-$MANY-keep-layers 2 --$ONE-layers 2 --sparse-$ONE-keep-layers 2)
 for TYPE in $TYPES; do
     case $TYPE in
@@ -56,7 +56,7 @@ for TYPE in $TYPES; do
         all) ARGS=(--sparse-types attn,ffn,layer "${ATTN[@]}" "${FFN[@]}" "${LAYER[@]}") ;;
         prenorm|denseffn)
             name=baseline_prenorm DENSE=()
-            [ "$TYPE" = denseffn ] && name=baseline_dense_ffn DENSE=("${FFN[@]:0:4}")  # the FFN widths only
+            [ "$TYPE" = denseffn ] && name=baseline_dense_ffn DENSE=("${FFN_WIDTH[@]}")
             train $name --arch langshare_transformer_small --encoder-normalize-before --decoder-normalize-before \
                 ${DENSE[@]+"${DENSE[@]}"}
             evaluate $name "$BASELINE_JSON"

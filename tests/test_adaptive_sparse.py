@@ -370,8 +370,9 @@ def test_export_state_dict_is_the_pairs_sub_network(corpus, types):
 
 
 def assert_pairs_export_equal(task, model, args, export_cls):
-    """Every pair's exported sub-network gives the full model's output; yields (weights, changes)."""
-    ds = task.dataset("valid")
+    """Every pair's exported sub-network gives the full model's output; returns each pair's
+    (weights, changes)."""
+    ds, exports = task.dataset("valid"), []
     for start in [0] + list(ds.cumulative_sizes[:-1]):  # en-xx, en-yy, xx-yy (zero-shot)
         batch = collate(task, list(range(start, start + 4)))
         ni = dict(batch["net_input"])
@@ -384,7 +385,8 @@ def assert_pairs_export_equal(task, model, args, export_cls):
             for key in ("src_lang_id", "tgt_lang_id"):
                 ni.pop(key)
             torch.testing.assert_close(exported(**ni)[0], expected, rtol=1e-4, atol=1e-5)
-        yield weights, changes
+        exports.append((weights, changes))
+    return exports
 
 
 # 5 heads of 8 at d = 32: q/k/v project to 40; 4 kept, so every language runs the dense width 32
