@@ -6,13 +6,16 @@
 #          with one language (O2M: encoder, M2O: decoder) keeps all 4, as the baseline: a selection
 #          there has no language to condition on and would only prune it (docs/adaptive_sparse.md,
 #          "Attention: the side with one language");
-#   ffn    FFN 1024 in 8 blocks, 4 kept (512 active);
+#   ffn    on the side with many languages FFN 1024 in 8 blocks, 4 kept (512 active); the side with one
+#          language keeps the baseline's dense 512 FFN (8 blocks of 64, all kept), as the paper's sizes
+#          imply (docs/adaptive_sparse.md, "FFN: the side with one language"); FFN_SIDES=both widens and
+#          sparsifies both sides (the script before 2026-11-27, evening);
 #   layer  the target side (O2M: decoder) or source side (M2O: encoder) has 4 layers, 2 kept;
 #   all    the three together;
 #   prenorm  no sparsity: the baseline with pre-norm layers, as the sparse models have (Eq. 7), to
 #            tell the sparsity's effect from the layer-norm placement's;
-#   denseffn the pre-norm baseline with the FFN type's total FFN (1024), all of it active (twice the
-#            baseline's FFN compute): the capacity FFN sparsity selects from, as a diagnostic.
+#   denseffn the pre-norm baseline with a dense FFN of 1024 on both sides (twice the baseline's FFN
+#            compute): the capacity FFN_SIDES=both selects from, as a diagnostic.
 # Each run is evaluated on every test direction with the win ratio against the baseline.
 #   DIRECTION=o2m UPDATES=2000 OUT=runs/adaptive_sparse_o2m bash scripts/adaptive_sparse_quality.sh
 #   DIRECTION=m2o UPDATES=2000 OUT=runs/adaptive_sparse_m2o bash scripts/adaptive_sparse_quality.sh
@@ -46,7 +49,13 @@ if [ "${ATTN_HEADS:-paper}" = wide ]; then  # 5 heads of 32 on the side with man
     ATTN=(--$MANY-attention-heads 5 --sparse-head-dim 32 --sparse-$MANY-keep-heads 4 --sparse-$ONE-keep-heads 4)
 fi
 FFN_WIDTH=(--encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024)
-FFN=("${FFN_WIDTH[@]}" --sparse-ffn-blocks 8 --sparse-encoder-keep-blocks 4 --sparse-decoder-keep-blocks 4)
+FFN=(--$MANY-ffn-embed-dim 1024 --sparse-$MANY-keep-blocks 4 --$ONE-ffn-embed-dim 512 --sparse-$ONE-keep-blocks 8
+     --sparse-ffn-blocks 8)
+case ${FFN_SIDES:-many} in
+    many) ;;
+    both) FFN=("${FFN_WIDTH[@]}" --sparse-ffn-blocks 8 --sparse-encoder-keep-blocks 4 --sparse-decoder-keep-blocks 4) ;;
+    *) echo "FFN_SIDES=$FFN_SIDES: give many (the paper's sizes) or both" >&2; exit 2 ;;
+esac
 LAYER=(--$MANY-layers 4 --sparse-$MANY-keep-layers 2 --$ONE-layers 2 --sparse-$ONE-keep-layers 2)
 for TYPE in $TYPES; do
     case $TYPE in

@@ -147,6 +147,17 @@ def test_paper_hyperparameters_in_the_definitions():
     assert sp["model"]["decoder_layers"] == 12 and sp["model"]["sparse_decoder_keep_layers"] == 6
     assert sp["optimization"]["lr"] == 0.0007 and sp["optimization"]["max_update"] == 100000
     assert sp["dataset"]["max_tokens"] * sp["optimization"]["update_freq"] * 8 >= 150000
+    # FFN sparsity widens the side with many languages only: Table 1 counts one stack's FFNs doubled
+    # (31.5M -> 37.8M); the side with one language keeps the Transformer's FFN, every block of it
+    for exp, many, one in (("public24-o2m", "decoder", "encoder"), ("public24-m2o", "encoder", "decoder")):
+        for method in ("ffn", "attn-ffn-layer"):
+            ffn = cfg("adaptive_sparse", exp, method)["model"]
+            assert (ffn[f"{many}_ffn_embed_dim"], ffn[f"sparse_{many}_keep_blocks"], ffn["sparse_ffn_blocks"]) == \
+                (2048, 4, 8), (exp, method)
+            assert (ffn[f"{one}_ffn_embed_dim"], ffn[f"sparse_{one}_keep_blocks"]) == (1024, 8), (exp, method)
+    m2m = cfg("adaptive_sparse", "opus100-m2m", "ffn")["model"]  # many languages on both sides
+    for stack in ("encoder", "decoder"):
+        assert (m2m[f"{stack}_ffn_embed_dim"], m2m[f"sparse_{stack}_keep_blocks"]) == (4096, 8)
     adapter = cfg("adaptive_sparse", "opus100-m2m", "adapter")
     assert adapter["model"]["adapter_finetune_from"] == "x.pt" and adapter["model"]["adapter_bottleneck"] == 32
     lsl = cfg("lsl", "lsl10", "lsl-nas")

@@ -12,7 +12,10 @@ Settings (section 5.2 and appendix C.1, "Hyperparameters"):
   updates, label smoothing 0.1, a target-language tag on the source, the last checkpoint.
 * Decoding: beam 5, length penalty 1.0 (Public-24); beam 4, length penalty 0.6 (OPUS-100).
 * Sparsity budgets (section 5.2): heads 3 of 4 (Public-24) / 6 of 8 (OPUS-100); FFN 2048 in 8
-  blocks keeping 4 (Public-24) / 4096 in 16 keeping 8 (OPUS-100); layers 6 + 12 (O2M), 12 + 6
+  blocks keeping 4 (Public-24) / 4096 in 16 keeping 8 (OPUS-100) on the side with many languages
+  only (O2M: decoder, M2O: encoder, M2M: both): Tables 1 and 2's total sizes count one stack's FFNs
+  doubled (FFN only: 31.5M -> 37.8M; Attn+FFN+Layer O2M 63.1M = the 12-layer decoder's), and the
+  side with one language keeps the Transformer's FFN (all of its blocks); layers 6 + 12 (O2M), 12 + 6
   (M2O), 12 + 12 (M2M), 6 + 6 kept; T-bar 8K (Public-24) / 50K (OPUS-100); c_d 0.02, c_s 0.1,
   c_t 0.1 (section 4.2, the package defaults).
 * Baselines: multilingual Transformer; Multi-Decoder (O2M) / Multi-Encoder (M2O) with one stack per
@@ -36,6 +39,7 @@ BUDGETS = {  # (heads kept, FFN dim, FFN blocks, blocks kept, T-bar)
 }
 LAYERS = {"o2m": (6, 12), "m2o": (12, 6), "all": (12, 12)}  # (encoder, decoder) layers before selection
 TINY_LAYERS = {"o2m": (2, 4), "m2o": (4, 2), "all": (4, 4)}
+MANY_LANGUAGES = {"o2m": ("decoder",), "m2o": ("encoder",), "all": ("encoder", "decoder")}  # the stacks FFN sparsity widens
 
 
 def _sparse(corpus, direction, types):
@@ -50,8 +54,12 @@ def _sparse(corpus, direction, types):
         model.update(sparse_encoder_keep_heads=heads, sparse_decoder_keep_heads=heads)
         tiny.update(sparse_encoder_keep_heads=3, sparse_decoder_keep_heads=3)  # the tiny preset has 4 heads
     if "ffn" in types:
-        model.update(encoder_ffn_embed_dim=ffn, decoder_ffn_embed_dim=ffn, sparse_ffn_blocks=blocks,
-                     sparse_encoder_keep_blocks=keep_blocks, sparse_decoder_keep_blocks=keep_blocks)
+        model.update(sparse_ffn_blocks=blocks)
+        for stack in ("encoder", "decoder"):
+            if stack in MANY_LANGUAGES[direction]:  # wider FFN, K' of K blocks per language
+                model.update({f"{stack}_ffn_embed_dim": ffn, f"sparse_{stack}_keep_blocks": keep_blocks})
+            else:  # one language: the Transformer's FFN, every block kept
+                model[f"sparse_{stack}_keep_blocks"] = blocks
     if "layer" in types:
         enc, dec = LAYERS[direction]
         tenc, tdec = TINY_LAYERS[direction]
