@@ -49,13 +49,13 @@ if [ "${ATTN_HEADS:-paper}" = wide ]; then  # 5 heads of 32 on the side with man
     ATTN=(--$MANY-attention-heads 5 --sparse-head-dim 32 --sparse-$MANY-keep-heads 4 --sparse-$ONE-keep-heads 4)
 fi
 FFN_WIDTH=(--encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024)
-FFN=(--$MANY-ffn-embed-dim 1024 --sparse-$MANY-keep-blocks 4 --$ONE-ffn-embed-dim 512 --sparse-$ONE-keep-blocks 8
-     --sparse-ffn-blocks 8)
-case ${FFN_SIDES:-many} in
-    many) ;;
-    both) FFN=("${FFN_WIDTH[@]}" --sparse-ffn-blocks 8 --sparse-encoder-keep-blocks 4 --sparse-decoder-keep-blocks 4) ;;
+case ${FFN_SIDES:-many} in  # the side with one language: its FFN width and blocks kept (of 8)
+    many) ONE_FFN=(512 8) ;;  # the baseline's dense FFN
+    both) ONE_FFN=(1024 4) ;;  # widened and sparsified like the side with many languages
     *) echo "FFN_SIDES=$FFN_SIDES: give many (the paper's sizes) or both" >&2; exit 2 ;;
 esac
+FFN=(--sparse-ffn-blocks 8 --$MANY-ffn-embed-dim 1024 --sparse-$MANY-keep-blocks 4
+     --$ONE-ffn-embed-dim "${ONE_FFN[0]}" --sparse-$ONE-keep-blocks "${ONE_FFN[1]}")
 LAYER=(--$MANY-layers 4 --sparse-$MANY-keep-layers 2 --$ONE-layers 2 --sparse-$ONE-keep-layers 2)
 for TYPE in $TYPES; do
     case $TYPE in
