@@ -325,12 +325,18 @@ def test_batches_grouped_by_direction_run_one_stand_in_per_layer_with_each_rows_
     """Decoding a batch grouped by direction (as the task decodes) runs one stand-in of each
     decoder layer over every row, each row through its own group's weights: every sentence gets
     what it gets alone, incremental decoding equals full decoding, and beam search equals the
-    copies run one by one."""
+    copies run one by one (each group's layer norms with weights of their own)."""
     from fairseq_langshare.modules.language_specific_layer import LanguageSpecificDecoderLayer
     from fairseq_langshare.tasks.multilingual_langshare import direction_order, take_rows
 
     task, model, sides = variant
     model = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # every group's layer norms their own affine weights (fresh ones are all 1 and 0)
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.copy_(1 + 0.3 * torch.randn(module.weight.shape, generator=generator))
+                module.bias.copy_(0.3 * torch.randn(module.bias.shape, generator=generator))
 
     def grouped(batch):
         order = direction_order(batch["net_input"])
@@ -353,6 +359,30 @@ def test_batches_grouped_by_direction_run_one_stand_in_per_layer_with_each_rows_
     stand_in = [h[0]["tokens"].tolist() for h in generator.generate([model], batch)]
     monkeypatch.setattr(LanguageSpecificDecoderLayer, "grouped_inference", False)
     assert [h[0]["tokens"].tolist() for h in generator.generate([model], batch)] == stand_in
+
+
+def test_grouped_layer_norm_applies_each_rows_weights_and_follows_weight_changes():
+    """The stand-in's layer norm builds its per-row weights once per grouping: an in-place update
+    (optimizer step, state-dict load) or a replaced parameter (``.to()``, ``.half()``) must show."""
+    from fairseq_langshare.modules.grouped_copies import GroupedLayerNorm, RowGroups
+
+    torch.manual_seed(0)
+    norms = [torch.nn.LayerNorm(8) for _ in range(3)]
+    groups, ids = RowGroups(), torch.tensor([2, 2, 0, 1, 1])
+    groups.set(ids)
+    grouped, x = GroupedLayerNorm(norms, groups), torch.randn(3, 5, 8)
+
+    def expected():
+        return torch.stack([norms[lang](x[:, row]) for row, lang in enumerate(ids.tolist())], 1)
+    with torch.no_grad():
+        for n in norms:
+            n.weight.normal_()
+            n.bias.normal_()
+        torch.testing.assert_close(grouped(x), expected())
+        norms[0].weight.mul_(2)
+        torch.testing.assert_close(grouped(x), expected())
+        norms[1].bias = torch.nn.Parameter(norms[1].bias + 1)
+        torch.testing.assert_close(grouped(x), expected())
 
 
 def test_beam_search_scores_equal_full_forward_scores(variant):
