@@ -223,3 +223,14 @@ def test_model_args_reach_both_models_under_a_tagged_name(monkeypatch, tmp_path,
         assert flags[-4:] == dims.split()
     with pytest.raises(SystemExit):
         run_methods.main(["--only", "clsr-vs-baseline", "--model-args", dims])
+
+
+def test_block_matmuls_prints_each_form_against_the_single_matmul(monkeypatch, capsys):
+    """``benchmarks.block_matmuls`` (docs/benchmarks.md, multi-decoder): one table row per shape, the
+    three forms' times and the split forms' speed ratios."""
+    from benchmarks import block_matmuls
+
+    monkeypatch.setattr(block_matmuls, "SHAPES", ((8, 16),))
+    assert block_matmuls.main(["--rows", "8", "--blocks", "4", "--reps", "1"]) == 0
+    row = capsys.readouterr().out.strip().splitlines()[-1]
+    assert row.startswith("| 8 x 16 |") and row.count(" us") == 3 and row.count("(") == 2
