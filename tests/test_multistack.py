@@ -361,30 +361,6 @@ def test_batches_grouped_by_direction_run_one_stand_in_per_layer_with_each_rows_
     assert [h[0]["tokens"].tolist() for h in generator.generate([model], batch)] == stand_in
 
 
-def test_grouped_layer_norm_applies_each_rows_weights_and_follows_weight_changes():
-    """The stand-in's layer norm builds its per-row weights once per grouping: an in-place update
-    (optimizer step, state-dict load) or a replaced parameter (``.to()``, ``.half()``) must show."""
-    from fairseq_langshare.modules.grouped_copies import GroupedLayerNorm, RowGroups
-
-    torch.manual_seed(0)
-    norms = [torch.nn.LayerNorm(8) for _ in range(3)]
-    groups, ids = RowGroups(), torch.tensor([2, 2, 0, 1, 1])
-    groups.set(ids)
-    grouped, x = GroupedLayerNorm(norms, groups), torch.randn(3, 5, 8)
-
-    def expected():
-        return torch.stack([norms[lang](x[:, row]) for row, lang in enumerate(ids.tolist())], 1)
-    with torch.no_grad():
-        for n in norms:
-            n.weight.normal_()
-            n.bias.normal_()
-        torch.testing.assert_close(grouped(x), expected())
-        norms[0].weight.mul_(2)
-        torch.testing.assert_close(grouped(x), expected())
-        norms[1].bias = torch.nn.Parameter(norms[1].bias + 1)
-        torch.testing.assert_close(grouped(x), expected())
-
-
 def test_beam_search_scores_equal_full_forward_scores(variant):
     """Beam search reorders each group's caches at every step: every hypothesis' score must be
     what a full forward pass gives its tokens."""

@@ -402,13 +402,13 @@ class LanguageSpecificDecoderLayer(_LanguageCopies, _IncrementalRouting):
     def _grouped_forward(self, ids, x, encoder_out, encoder_padding_mask, incremental_state, self_attn_mask,
                          self_attn_padding_mask, need_attn, need_head_weights):
         groups = self.__dict__["_row_groups"]
-        groups.set(ids)
+        groups.ids = ids
         try:
             y, attn, _ = self.__dict__["_stand_in"](
                 x, encoder_out, encoder_padding_mask, incremental_state, self_attn_mask=self_attn_mask,
                 self_attn_padding_mask=self_attn_padding_mask, need_attn=need_attn, need_head_weights=need_head_weights)
         finally:
-            groups.set(None)
+            groups.ids = None
         return y, attn, None
 
     def forward(self, x, encoder_out: Optional[Tensor] = None, encoder_padding_mask: Optional[Tensor] = None,
