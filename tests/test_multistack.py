@@ -331,12 +331,12 @@ def test_batches_grouped_by_direction_run_one_stand_in_per_layer_with_each_rows_
 
     task, model, sides = variant
     model = copy.deepcopy(model)
-    generator = torch.Generator().manual_seed(0)
+    rng = torch.Generator().manual_seed(0)
     with torch.no_grad():  # every group's layer norms their own affine weights (fresh ones are all 1 and 0)
         for module in model.modules():
             if isinstance(module, torch.nn.LayerNorm):
-                module.weight.copy_(1 + 0.3 * torch.randn(module.weight.shape, generator=generator))
-                module.bias.copy_(0.3 * torch.randn(module.bias.shape, generator=generator))
+                module.weight.copy_(1 + 0.3 * torch.randn(module.weight.shape, generator=rng))
+                module.bias.copy_(0.3 * torch.randn(module.bias.shape, generator=rng))
 
     def grouped(batch):
         order = direction_order(batch["net_input"])
