@@ -2,15 +2,25 @@
 
     python -m benchmarks.issue18_table            # the per-method summary and the inventory table
     python -m benchmarks.issue18_table --tag d512 # the per-method summary of the runs tagged d512
+    python -m benchmarks.issue18_table --tag amd1 --tag amd2  # runs side by side ("run 1 / run 2")
+    python -m benchmarks.issue18_table --pooled --tag amd1 --tag amd2  # their repetitions pooled
     python -m benchmarks.issue18_table NAME ...   # one row per comparison
 
 Cells are B / A of the comparison's medians (B's speed over A's, wall clock) with the ratio timed
-by CPU time in brackets; a target is met when the wall-clock ratio reaches it.
+by CPU time in brackets; a target is met when the wall-clock ratio reaches it (with several
+tags: in every run; the cells then show each run's wall-clock ratio). ``--pooled``: the median of
+the per-repetition ratios of every run (A and B ran side by side in each repetition) with a 95%
+bootstrap interval; a target is met when the interval lies above it, missed when below, and
+within the noise otherwise.
 """
 
+import argparse
 import json
 import os
+import statistics
 import sys
+
+import numpy as np
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 METRICS = (("decode_single_tokens_per_s", "decode b1"), ("decode_batched_tokens_per_s", "decode b64"),
@@ -72,16 +82,77 @@ def load_range(names):
     return f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-"
 
 
-def summary(tag=""):
-    """The per-method table; ``tag``: of the comparisons run with ``--tag TAG`` (NAME-TAG.json)."""
+def runs_cell(values, target=None):
+    """Several runs' wall-clock ratios, "0.91 / 0.88", bold when one is below ``target``."""
+    if any(v is None for v in values):
+        return "not run"
+    text = " / ".join(f"{v[0]:.2f}" for v in values)
+    return f"**{text}**" if target is not None and any(v[0] < target for v in values) else text
+
+
+def summary(tag="", tags=()):
+    """The per-method table; ``tag``: of the comparisons run with ``--tag TAG`` (NAME-TAG.json);
+    ``tags``: several runs side by side (a target is met when every run meets it)."""
+    tags = list(tags) or [tag]
     rows = ["| method | decode b1 | decode b64, one direction | decode b64, mixed targets | train | target | met |",
             "|---|---:|---:|---:|---:|---|---|"]
     for method, cells, targets, target_text in METHODS:
-        values = [ratio(f"{c[0]}-{tag}" if tag else c[0], c[1]) if c else None for c in cells]
-        checks = [v[0] >= t for v, t in zip(values, targets) if t is not None and v is not None]
-        missing = any(t is not None and v is None for v, t in zip(values, targets))
+        runs = [[ratio(f"{c[0]}-{t}" if t else c[0], c[1]) if c else None for c in cells] for t in tags]
+        per_cell = list(zip(*runs))  # per column: one value per run
+        checks = [v[0] >= t for values, t in zip(per_cell, targets) if t is not None for v in values if v is not None]
+        missing = any(t is not None and v is None for values, t in zip(per_cell, targets) for v in values)
         met = "not run" if missing else ("yes" if all(checks) else "no")
-        shown = [cell(v, t) if c else "-" for v, t, c in zip(values, targets, cells)]
+        if len(tags) == 1:
+            shown = [cell(values[0], t) if c else "-" for values, t, c in zip(per_cell, targets, cells)]
+        else:
+            shown = [runs_cell(values, t) if c else "-" for values, t, c in zip(per_cell, targets, cells)]
+        rows.append(f"| {method} | " + " | ".join(shown) + f" | {target_text} | {met} |")
+    return "\n".join(rows)
+
+
+def paired_ratios(name, label):
+    """B / A of every repetition of a comparison (wall clock), or None if it was not run."""
+    result = load(name)
+    key = {lab: key for key, lab in METRICS}[label]
+    if result is None or key not in result["metrics"]:
+        return None
+    metric = result["metrics"][key]
+    return [b / a for a, b in zip(metric["A"]["values"], metric["B"]["values"])]
+
+
+def median_interval(values, resamples=4000, seed=0):
+    """The median and its 95% percentile-bootstrap interval."""
+    rng = np.random.default_rng(seed)
+    values = np.asarray(values, dtype=float)
+    medians = np.median(rng.choice(values, size=(resamples, values.size)), axis=1)
+    return float(np.median(values)), float(np.quantile(medians, 0.025)), float(np.quantile(medians, 0.975))
+
+
+def pooled(tags):
+    """The per-method table over the repetitions of every run in ``tags``, pooled."""
+    rows = ["| method | decode b1 | decode b64, one direction | decode b64, mixed targets | train | target | met |",
+            "|---|---:|---:|---:|---:|---|---|"]
+    for method, cells, targets, target_text in METHODS:
+        shown, verdicts = [], []
+        for c, target in zip(cells, targets):
+            if c is None:
+                shown.append("-")
+                continue
+            runs = [paired_ratios(f"{c[0]}-{t}", c[1]) for t in tags]
+            if any(r is None for r in runs):
+                shown.append("not run")
+                verdicts.append(None if target is not None else "-")
+                continue
+            mid, low, high = median_interval([x for r in runs for x in r])
+            text = f"{mid:.2f} [{low:.2f}, {high:.2f}]"
+            if target is not None:
+                verdicts.append("yes" if low >= target else "no" if high < target else "within noise")
+                if low < target:
+                    text = f"**{text}**"
+            shown.append(text)
+        verdicts = [v for v in verdicts if v != "-"]
+        met = ("not run" if None in verdicts else "no" if "no" in verdicts
+               else "within noise" if "within noise" in verdicts else "yes")
         rows.append(f"| {method} | " + " | ".join(shown) + f" | {target_text} | {met} |")
     return "\n".join(rows)
 
@@ -99,9 +170,19 @@ def inventory():
 
 
 def main(argv=None):
-    names = sys.argv[1:] if argv is None else argv
-    if names[:1] == ["--tag"] and len(names) == 2:
-        print(summary(names[1]))
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.issue18_table", description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="comparisons: one row each")
+    parser.add_argument("--tag", action="append", default=[], help="the runs tagged TAG (repeat for several)")
+    parser.add_argument("--pooled", action="store_true", help="pool the repetitions of the tagged runs")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    names = args.names
+    if args.pooled:
+        if not args.tag:
+            parser.error("--pooled needs the runs to pool: --tag TAG (repeat for several)")
+        print(pooled(args.tag))
+        return 0
+    if args.tag:
+        print(summary(tags=args.tag))
         return 0
     if not names:
         print(summary() + "\n\n" + inventory())

@@ -234,3 +234,47 @@ def test_block_matmuls_prints_each_form_against_the_single_matmul(monkeypatch, c
     assert block_matmuls.main(["--rows", "8", "--blocks", "4", "--reps", "1"]) == 0
     row = capsys.readouterr().out.strip().splitlines()[-1]
     assert row.startswith("| 8 x 16 |") and row.count(" us") == 3 and row.count("(") == 2
+
+
+def test_issue18_table_shows_runs_side_by_side_and_meets_a_target_only_in_every_run(monkeypatch, tmp_path, capsys):
+    from benchmarks import issue18_table
+
+    def write(name, b64, spread=0.0):
+        # six repetitions: A at 100 tokens/s, B at b64 * 100 give or take spread
+        b = [100 * (b64 + spread * (-1) ** i) for i in range(6)]
+        metrics = {"decode_batched_tokens_per_s": {"ratio": b64, "cpu_time": {"ratio": b64},
+                                                   "A": {"values": [100.0] * 6}, "B": {"values": b}}}
+        (tmp_path / f"{name}.json").write_text(json.dumps({"metrics": metrics, "machine": {}}))
+
+    monkeypatch.setattr(issue18_table, "RESULTS", str(tmp_path))
+    write("latent-depth-pruned-vs-static-mixed-r1", 0.93)
+    write("latent-depth-pruned-vs-static-mixed-r2", 0.95)
+    write("adaptive-sparse-layers-vs-static-mixed-r1", 0.92)
+    write("adaptive-sparse-layers-vs-static-mixed-r2", 0.88)
+    assert issue18_table.main(["--tag", "r1", "--tag", "r2"]) == 0
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in capsys.readouterr().out.splitlines()}
+    latent = next(v for k, v in rows.items() if k.startswith("latent depth"))
+    adaptive = next(v for k, v in rows.items() if k.startswith("adaptive layer"))
+    assert "| 0.93 / 0.95 |" in latent and latent.endswith("| yes |")
+    assert "| **0.92 / 0.88** |" in adaptive and adaptive.endswith("| no |")
+    assert next(v for k, v in rows.items() if k.startswith("CLSR")).endswith("| not run |")
+    assert issue18_table.main(["--tag", "r2"]) == 0  # one run: its cell with the CPU-time ratio
+    assert "| 0.95 (0.95) |" in capsys.readouterr().out
+
+    # pooled: the median of every repetition's B / A with a bootstrap interval; the verdict says
+    # whether the interval lies above the target, below it, or across it
+    write("latent-depth-pruned-vs-static-mixed-r1", 0.95, spread=0.01)
+    write("latent-depth-pruned-vs-static-mixed-r2", 0.93, spread=0.01)
+    write("adaptive-sparse-layers-vs-static-mixed-r1", 0.95, spread=0.08)
+    write("adaptive-sparse-layers-vs-static-mixed-r2", 0.85, spread=0.08)
+    assert issue18_table.main(["--pooled", "--tag", "r1", "--tag", "r2"]) == 0
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in capsys.readouterr().out.splitlines()}
+    latent = next(v for k, v in rows.items() if k.startswith("latent depth"))
+    adaptive = next(v for k, v in rows.items() if k.startswith("adaptive layer"))
+    assert "| 0.94 [0.93, 0.95] |" in latent and latent.endswith("| yes |")
+    assert adaptive.endswith("| within noise |") and "**0.90 [" in adaptive
+    write("adaptive-sparse-layers-vs-static-mixed-r1", 0.80, spread=0.01)
+    write("adaptive-sparse-layers-vs-static-mixed-r2", 0.82, spread=0.01)
+    assert issue18_table.main(["--pooled", "--tag", "r1", "--tag", "r2"]) == 0
+    out = capsys.readouterr().out
+    assert "| **0.81 [" in out and "| mixed b64 >= 0.90 | no |" in out
