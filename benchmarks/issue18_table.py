@@ -17,7 +17,6 @@ within the noise otherwise.
 import argparse
 import json
 import os
-import statistics
 import sys
 
 import numpy as np
@@ -60,13 +59,16 @@ def load(name):
         return json.load(f)
 
 
-def ratio(name, label):
+def _metric(name, label):
+    """The metric ``label`` of comparison ``name``'s result, or None if it was not run."""
     result = load(name)
     key = {lab: key for key, lab in METRICS}[label]
-    if result is None or key not in result["metrics"]:
-        return None
-    metric = result["metrics"][key]
-    return metric["ratio"], (metric.get("cpu_time") or {}).get("ratio")
+    return None if result is None else result["metrics"].get(key)
+
+
+def ratio(name, label):
+    metric = _metric(name, label)
+    return None if metric is None else (metric["ratio"], (metric.get("cpu_time") or {}).get("ratio"))
 
 
 def cell(value, target=None):
@@ -112,12 +114,8 @@ def summary(tag="", tags=()):
 
 def paired_ratios(name, label):
     """B / A of every repetition of a comparison (wall clock), or None if it was not run."""
-    result = load(name)
-    key = {lab: key for key, lab in METRICS}[label]
-    if result is None or key not in result["metrics"]:
-        return None
-    metric = result["metrics"][key]
-    return [b / a for a, b in zip(metric["A"]["values"], metric["B"]["values"])]
+    metric = _metric(name, label)
+    return None if metric is None else [b / a for a, b in zip(metric["A"]["values"], metric["B"]["values"])]
 
 
 def median_interval(values, resamples=4000, seed=0):
