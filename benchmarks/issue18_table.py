@@ -4,6 +4,7 @@
     python -m benchmarks.issue18_table --tag d512 # the per-method summary of the runs tagged d512
     python -m benchmarks.issue18_table --tag amd1 --tag amd2  # runs side by side ("run 1 / run 2")
     python -m benchmarks.issue18_table --pooled --tag amd1 --tag amd2  # their repetitions pooled
+    python -m benchmarks.issue18_table --pooled NAME ... --tag amd1 ...  # a row per comparison, pooled
     python -m benchmarks.issue18_table NAME ...   # one row per comparison
 
 Cells are B / A of the comparison's medians (B's speed over A's, wall clock) with the ratio timed
@@ -155,6 +156,21 @@ def pooled(tags):
     return "\n".join(rows)
 
 
+def pooled_rows(names, tags):
+    """One row per comparison: each metric pooled over those of ``tags`` it was run with."""
+    rows = ["| comparison | runs | " + " | ".join(label for _, label in METRICS) + " |",
+            "|---|---:|" + "---:|" * len(METRICS)]
+    for name in names:
+        ran = [t for t in tags if load(f"{name}-{t}") is not None]
+        cells = []
+        for _, label in METRICS:
+            runs = [paired_ratios(f"{name}-{t}", label) for t in ran]
+            values = [x for r in runs if r is not None for x in r]
+            cells.append("%.2f [%.2f, %.2f]" % median_interval(values) if values else "-")
+        rows.append(f"| `{name}` | {len(ran)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def inventory():
     rows = ["| method | inventory | decode b1 | decode b64 | train | met (>= 1/1.10 = 0.91 each) |",
             "|---|---|---:|---:|---:|---|"]
@@ -177,7 +193,7 @@ def main(argv=None):
     if args.pooled:
         if not args.tag:
             parser.error("--pooled needs the runs to pool: --tag TAG (repeat for several)")
-        print(pooled(args.tag))
+        print(pooled_rows(names, args.tag) if names else pooled(args.tag))
         return 0
     if args.tag:
         print(summary(tags=args.tag))

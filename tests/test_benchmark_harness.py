@@ -278,3 +278,10 @@ def test_issue18_table_shows_runs_side_by_side_and_meets_a_target_only_in_every_
     assert issue18_table.main(["--pooled", "--tag", "r1", "--tag", "r2"]) == 0
     out = capsys.readouterr().out
     assert "| **0.81 [" in out and "| mixed b64 >= 0.90 | no |" in out
+    # one row per comparison, pooled over the tagged runs it has
+    write("latent-depth-pruned-vs-static-mixed-r3", 0.95, spread=0.01)
+    assert issue18_table.main(["--pooled", "latent-depth-pruned-vs-static-mixed", "adaptive-sparse-layers-vs-static-mixed",
+                               "--tag", "r1", "--tag", "r2", "--tag", "r3"]) == 0
+    out = capsys.readouterr().out
+    assert "| `latent-depth-pruned-vs-static-mixed` | 3 | - | 0.94 [" in out
+    assert "| `adaptive-sparse-layers-vs-static-mixed` | 2 | - | 0.81 [" in out
