@@ -48,6 +48,8 @@ METHODS = [
       ("multidecoder-vs-baseline", "decode b64"), ("multidecoder-vs-baseline", "train")], [0.97, 0.97, 0.90, None],
      "one direction >= 0.97, mixed >= 0.90"),
 ]
+SUMMARY_HEADER = ("| method | decode b1 | decode b64, one direction | decode b64, mixed targets | train | target | met |",
+                  "|---|---:|---:|---:|---:|---|---|")
 INVENTORY = [("LSL", "lsl"), ("CLSR", "clsr"), ("latent depth", "latent-depth"),
              ("adaptive sparsity", "adaptive-sparse"), ("multi-decoder", "multidecoder")]
 
@@ -93,12 +95,10 @@ def runs_cell(values, target=None):
     return f"**{text}**" if target is not None and any(v[0] < target for v in values) else text
 
 
-def summary(tag="", tags=()):
-    """The per-method table; ``tag``: of the comparisons run with ``--tag TAG`` (NAME-TAG.json);
-    ``tags``: several runs side by side (a target is met when every run meets it)."""
-    tags = list(tags) or [tag]
-    rows = ["| method | decode b1 | decode b64, one direction | decode b64, mixed targets | train | target | met |",
-            "|---|---:|---:|---:|---:|---|---|"]
+def summary(tags=("",)):
+    """The per-method table of the comparisons run with ``--tag TAG`` (NAME-TAG.json; "": untagged);
+    several tags: their runs side by side (a target is met when every run meets it)."""
+    rows = list(SUMMARY_HEADER)
     for method, cells, targets, target_text in METHODS:
         runs = [[ratio(f"{c[0]}-{t}" if t else c[0], c[1]) if c else None for c in cells] for t in tags]
         per_cell = list(zip(*runs))  # per column: one value per run
@@ -129,8 +129,7 @@ def median_interval(values, resamples=4000, seed=0):
 
 def pooled(tags):
     """The per-method table over the repetitions of every run in ``tags``, pooled."""
-    rows = ["| method | decode b1 | decode b64, one direction | decode b64, mixed targets | train | target | met |",
-            "|---|---:|---:|---:|---:|---|---|"]
+    rows = list(SUMMARY_HEADER)
     for method, cells, targets, target_text in METHODS:
         shown, verdicts = [], []
         for c, target in zip(cells, targets):
@@ -140,7 +139,8 @@ def pooled(tags):
             runs = [paired_ratios(f"{c[0]}-{t}", c[1]) for t in tags]
             if any(r is None for r in runs):
                 shown.append("not run")
-                verdicts.append(None if target is not None else "-")
+                if target is not None:
+                    verdicts.append(None)
                 continue
             mid, low, high = median_interval([x for r in runs for x in r])
             text = f"{mid:.2f} [{low:.2f}, {high:.2f}]"
@@ -149,7 +149,6 @@ def pooled(tags):
                 if low < target:
                     text = f"**{text}**"
             shown.append(text)
-        verdicts = [v for v in verdicts if v != "-"]
         met = ("not run" if None in verdicts else "no" if "no" in verdicts
                else "within noise" if "within noise" in verdicts else "yes")
         rows.append(f"| {method} | " + " | ".join(shown) + f" | {target_text} | {met} |")
