@@ -11,8 +11,9 @@ Cells are B / A of the comparison's medians (B's speed over A's, wall clock) wit
 by CPU time in brackets; a target is met when the wall-clock ratio reaches it (with several
 tags: in every run; the cells then show each run's wall-clock ratio). ``--pooled``: the median of
 the per-repetition ratios of every run (A and B ran side by side in each repetition) with a 95%
-bootstrap interval; a target is met when the interval lies above it, missed when below, and
-within the noise otherwise.
+bootstrap interval (a comparison run with only some of the tags: over those, its run count
+shown); a target is met when the interval lies above it, missed when below, and within the noise
+otherwise.
 """
 
 import argparse
@@ -128,7 +129,8 @@ def median_interval(values, resamples=4000, seed=0):
 
 
 def pooled(tags):
-    """The per-method table over the repetitions of every run in ``tags``, pooled."""
+    """The per-method table, each cell pooling the repetitions of the runs of ``tags`` that its
+    comparison has (its run count shown where fewer than ``tags``)."""
     rows = list(SUMMARY_HEADER)
     for method, cells, targets, target_text in METHODS:
         shown, verdicts = [], []
@@ -136,14 +138,14 @@ def pooled(tags):
             if c is None:
                 shown.append("-")
                 continue
-            runs = [paired_ratios(f"{c[0]}-{t}", c[1]) for t in tags]
-            if any(r is None for r in runs):
+            runs = [r for r in (paired_ratios(f"{c[0]}-{t}", c[1]) for t in tags) if r is not None]
+            if not runs:
                 shown.append("not run")
                 if target is not None:
                     verdicts.append(None)
                 continue
             mid, low, high = median_interval([x for r in runs for x in r])
-            text = f"{mid:.2f} [{low:.2f}, {high:.2f}]"
+            text = f"{mid:.2f} [{low:.2f}, {high:.2f}]" + (f", {len(runs)} runs" if len(runs) < len(tags) else "")
             if target is not None:
                 verdicts.append("yes" if low >= target else "no" if high < target else "within noise")
                 if low < target:

@@ -285,3 +285,10 @@ def test_issue18_table_shows_runs_side_by_side_and_meets_a_target_only_in_every_
     out = capsys.readouterr().out
     assert "| `latent-depth-pruned-vs-static-mixed` | 3 | - | 0.94 [" in out
     assert "| `adaptive-sparse-layers-vs-static-mixed` | 2 | - | 0.81 [" in out
+    # the summary pools each comparison over the tagged runs it has, and says so where it has fewer
+    assert issue18_table.main(["--pooled", "--tag", "r1", "--tag", "r2", "--tag", "r3"]) == 0
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in capsys.readouterr().out.splitlines()}
+    latent = next(v for k, v in rows.items() if k.startswith("latent depth"))
+    adaptive = next(v for k, v in rows.items() if k.startswith("adaptive layer"))
+    assert "| 0.94 [0.94, 0.96] |" in latent and latent.endswith("| yes |")
+    assert "| **0.81 [0.80, 0.82], 2 runs** |" in adaptive and adaptive.endswith("| no |")
