@@ -19,6 +19,7 @@ import dataclasses
 import inspect
 import logging
 import os
+import re
 from enum import Enum
 from dataclasses import dataclass, field
 from typing import Optional
@@ -53,10 +54,10 @@ class MultilingualLangshareConfig(FairseqDataclass):
     data: Optional[str] = field(default=None, metadata={"help": "colon-separated data directories (binarized with fairseq-preprocess)"})
     langs: Optional[str] = field(default=None, metadata={"help": "comma-separated language inventory; ids index it and it is stored in the checkpoint"})
     lang_dict: Optional[str] = field(default=None, metadata={"help": "file with the language inventory, one code per line (exclusive with --langs)"})
-    lang_pairs: Optional[str] = field(default=None, metadata={"help": "comma-separated training directions, e.g. en-de,en-fr (or a file holding them)"})
+    lang_pairs: Optional[str] = field(default=None, metadata={"help": "comma-separated training directions, e.g. en-de,en-fr, or a file holding them (separated by commas and/or newlines)"})
     source_lang: Optional[str] = field(default=None, metadata={"help": "inference source language", "argparse_alias": "-s"})
     target_lang: Optional[str] = field(default=None, metadata={"help": "inference target language", "argparse_alias": "-t"})
-    keep_inference_langtok: bool = field(default=False, metadata={"help": "keep language tokens in inference output"})
+    keep_inference_langtok: bool = field(default=False, metadata={"help": "keep the target language token (--decoder-langtok) in the hypotheses of fairseq-generate/-interactive"})
     sampling_method: SAMPLING_METHODS = field(default="concat", metadata={"help": "how to sample data across language pairs"})
     sampling_temperature: float = field(default=1.5, metadata={"help": "temperature T for --sampling-method temperature (p ~ n^(1/T))"})
     source_dict: Optional[str] = field(default=None, metadata={"help": "source dictionary overriding per-language dictionaries"})
@@ -94,9 +95,10 @@ _DICT_OPTIONS = ("extra_data", "extra_lang_pairs", "langtoks", "sampling_weights
 
 
 def _read_if_file(value):
+    """A ``--lang-pairs`` file's pairs as the comma form: they are separated by commas and/or newlines."""
     if isinstance(value, str) and os.path.isfile(value):
         with open(value, encoding="utf-8") as f:
-            return f.read().strip()
+            return ",".join(p.strip() for p in re.split(r"[,\n]", f.read()) if p.strip())
     return value
 
 
@@ -314,6 +316,19 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
     def valid_step(self, sample, model, criterion):
         return super().valid_step(self.ensure_lang_ids(sample, model), model, criterion)
 
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
+        """fairseq's, but ``--keep-inference-langtok`` is read from the task's options too (fairseq reads
+        it from ``args``: fairseq-generate/-interactive pass the generation options, which lack it), and
+        the token of every language with a dictionary is stripped (a split may mix target languages, and
+        a zero-shot one need not be a training target)."""
+        _, spec = self.args.langtoks["main"]
+        keep = self.args.keep_inference_langtok or getattr(args, "keep_inference_langtok", False)
+        if spec and not keep:
+            strip = {self.data_manager.get_decoder_langtok(lang, spec) for lang in self.data_manager.dicts}
+            extra_gen_cls_kwargs = {**(extra_gen_cls_kwargs or {}), "symbols_to_strip_from_output": strip}
+        return super(TranslationMultiSimpleEpochTask, self).build_generator(
+            models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
+
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """fairseq's, on the batch's sentences grouped by direction (target, then source language):
         each language's rows are then one block, which per-language components slice instead of
@@ -322,11 +337,29 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         sample = self.ensure_lang_ids(sample, models[0])
         order = direction_order(sample["net_input"])
         if order is None:
-            return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+            return self._generate(generator, models, sample, prefix_tokens, constraints)
         take = lambda t: None if t is None else t.index_select(0, order.to(t.device))  # noqa: E731
-        hypos = super().inference_step(generator, models, take_rows(sample, order), take(prefix_tokens),
-                                       take(constraints))
+        hypos = self._generate(generator, models, take_rows(sample, order), take(prefix_tokens), take(constraints))
         return [hypos[i] for i in torch.argsort(order).tolist()]  # back in the caller's order
+
+    def _generate(self, generator, models, sample, prefix_tokens, constraints):
+        """fairseq's ``inference_step`` with ``--decoder-langtok``: each sentence starts with its own
+        target language's token (fairseq's uses ``-t``'s for the whole batch)."""
+        _, spec = self.args.langtoks["main"]
+        if not spec or self.args.target_lang is not None:
+            return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+        tgt_ids = sample["net_input"].get("tgt_lang_id", sample.get("tgt_lang_id"))
+        langtoks = torch.tensor([self.data_manager.get_decoder_langtok(self.inventory.langs[i], spec)
+                                 for i in tgt_ids.tolist()])
+        with torch.no_grad():
+            if self.args.lang_tok_replacing_bos_eos:
+                if langtoks.unique().numel() > 1:
+                    raise ValueError("--lang-tok-replacing-bos-eos decodes one target language at a time: "
+                                     "pass -s SRC -t TGT to decode one direction")
+                return generator.generate(models, sample, prefix_tokens=prefix_tokens, bos_token=int(langtoks[0]))
+            if prefix_tokens is None:
+                prefix_tokens = langtoks.unsqueeze(1).to(sample["net_input"]["src_tokens"])
+            return generator.generate(models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
 
 
 def direction_order(net_input) -> Optional[torch.Tensor]:
