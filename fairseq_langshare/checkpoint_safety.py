@@ -69,8 +69,14 @@ def _newest_readable_sibling(path):
         names = [n for n in os.listdir(folder) if n.endswith(".pt")]
     except OSError:
         return None
-    candidates = [os.path.join(folder, n) for n in names if not os.path.samefile(os.path.join(folder, n), path)]
-    for candidate in sorted(candidates, key=os.path.getmtime, reverse=True):
+    candidates = []
+    for candidate in (os.path.join(folder, n) for n in names):
+        try:
+            if not os.path.samefile(candidate, path):
+                candidates.append((os.path.getmtime(candidate), candidate))
+        except OSError:  # a dangling symlink, a file removed meanwhile: no candidate
+            continue
+    for _, candidate in sorted(candidates, key=lambda c: c[0], reverse=True):
         if zipfile.is_zipfile(candidate):
             return candidate
     return None

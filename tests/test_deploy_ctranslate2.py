@@ -283,3 +283,132 @@ def test_missing_ctranslate2_is_a_clear_error(tmp_path, capsys, monkeypatch):
     assert err == ("langshare translate: error: CTranslate2 is not installed: pip install 'fairseq_langshare[deploy]' "
                    "(or pip install 'ctranslate2>=4')")
     assert not list(tmp_path.iterdir())
+
+
+# --- defects found in review: each test names what the user sees --------------------------------
+
+def one_line_error(capsys, prog="export"):
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"langshare {prog}: error: ") and "\n" not in err, err
+    return err
+
+
+@needs_ctranslate2
+def test_translate_writes_one_line_per_input_line(spm_corpus, exported, tmp_path, capsys, monkeypatch):
+    """Only "\\n" ends a line (a trailing "\\r" is dropped): line separators Python's splitlines()
+    also splits on (\\u2028, \\x0c, \\x1c-\\x1e, \\x85) and a lone "\\r" stay inside their line."""
+    ct2_dir, _ = exported["en-de"]
+    s = raw(spm_corpus, "en-de", "en")[:7]
+    lines = [s[0], s[1] + "\u2028" + s[2], s[3] + "\x0c", "\x1c\x1d\x1e", s[4] + "\x85" + s[5], s[6] + "\r" + s[0],
+             "", s[6]]
+    text = "".join(line + ("\r\n" if i % 2 else "\n") for i, line in enumerate(lines))
+    (tmp_path / "in.txt").write_bytes(text.encode("utf-8"))
+    expected = PairTranslator(ct2_dir).translate(lines, beam=1)
+    assert len(set(expected)) > 5
+    assert langshare(["translate", str(ct2_dir), "--input", str(tmp_path / "in.txt"), "--beam", "1"]) == 0
+    assert capsys.readouterr().out.split("\n") == expected + [""]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8")), encoding="utf-8"))
+    assert langshare(["translate", str(ct2_dir), "--beam", "1"]) == 0
+    assert capsys.readouterr().out.split("\n") == expected + [""]
+
+
+@needs_ctranslate2
+def test_model_trained_with_a_lang_dict_file_exports_and_translates(spm_corpus, tmp_path):
+    """--lang-dict FILE instead of --langs: the export needs neither the file nor a copy in the data directory."""
+    import torch
+    from fairseq import options, tasks
+
+    (tmp_path / "langs.txt").write_text("\n".join(LANGS) + "\n")
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        str(spm_corpus / "bin"), "--task", "multilingual_langshare", "--user-dir", PKG_DIR, "--lang-dict",
+        str(tmp_path / "langs.txt"), "--lang-pairs", ",".join(PAIRS), "--encoder-langtok", "tgt",
+        "--arch", "langshare_transformer_tiny", "--share-all-embeddings", "--cpu"])
+    torch.manual_seed(1)
+    task = tasks.setup_task(args)
+    ckpt = save_untrained(task.build_model(args), args, tmp_path / "model.pt")
+    export_ctranslate2(ckpt, "en", "fr", tmp_path / "ct2", verbose=False)
+    assert json.loads((tmp_path / "ct2" / "langshare.json").read_text())["langs"] == LANGS
+    source = raw(spm_corpus, "en-fr", "en")[:3]
+    assert len(PairTranslator(tmp_path / "ct2").translate(source, beam=1, max_len_b=5)) == 3
+
+
+@needs_ctranslate2
+def test_converter_refusal_names_its_reasons_and_the_fix(spm_corpus, tmp_path, capsys):
+    corpus = {"bin": spm_corpus / "bin", "langs": LANGS, "pairs": PAIRS}
+    _, model, args = build_task_and_model(corpus, extra=["--share-all-embeddings", "--encoder-normalize-before"])
+    ckpt = save_untrained(model, args, tmp_path / "model.pt")
+    out = tmp_path / "ct2"
+    assert langshare(["export", str(ckpt), "--src", "en", "--tgt", "fr", "--out", str(out), "--format",
+                      "ctranslate2"]) == 2
+    err = one_line_error(capsys)
+    assert "not supported by CTranslate2" in err
+    assert "--encoder-normalize-before and --decoder-normalize-before must have the same value" in err
+    assert err.endswith("export with --format fairseq and translate with fairseq-generate --user-dir fairseq_langshare")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+@pytest.fixture
+def latent_depth_without_layers(spm_corpus, tmp_path):
+    """A latent-depth model whose layer posteriors are all below the threshold: its pair keeps no layer."""
+    import torch
+
+    corpus = {"bin": spm_corpus / "bin", "langs": LANGS, "pairs": PAIRS}
+    _, model, args = build_task_and_model(corpus, arch="latent_depth_transformer_tiny",
+                                          extra=["--share-all-embeddings"])
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("logits"):
+                param.fill_(-8.0)
+    return save_untrained(model, args, tmp_path / "model.pt")
+
+
+@needs_ctranslate2
+def test_pair_without_layers_is_refused_at_export(latent_depth_without_layers, tmp_path, capsys):
+    out = tmp_path / "ct2"
+    assert langshare(["export", str(latent_depth_without_layers), "--src", "en", "--tgt", "fr", "--out", str(out),
+                      "--format", "ctranslate2"]) == 2
+    err = one_line_error(capsys)
+    assert "network of" in err and "keeps no decoder layer" in err
+    assert err.endswith("export with --format fairseq and translate with fairseq-generate --user-dir fairseq_langshare")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+@needs_ctranslate2
+def test_unloadable_export_is_a_clear_error_at_translate(latent_depth_without_layers, tmp_path, capsys, monkeypatch):
+    """An export CTranslate2 cannot load (here: no layers, as written before the export refused it)."""
+    from fairseq_langshare.deploy import ctranslate2_export
+
+    monkeypatch.setattr(ctranslate2_export, "_refuse_no_layers", lambda *args: None, raising=False)
+    export_ctranslate2(latent_depth_without_layers, "en", "fr", tmp_path / "ct2", verbose=False)
+    (tmp_path / "in.txt").write_text("open the file\n")
+    assert langshare(["translate", str(tmp_path / "ct2"), "--input", str(tmp_path / "in.txt")]) == 2
+    err = one_line_error(capsys, "translate")
+    assert f"CTranslate2 cannot load {tmp_path / 'ct2'} on cpu (" in err and "re-export it" in err
+
+
+@needs_ctranslate2
+def test_export_through_a_symlinked_out_replaces_its_target(trained, tmp_path, capsys):
+    """--out current -> v1: v1 holds the new export, current still points to it, nothing else is left."""
+    export = ["export", str(trained), "--src", "en", "--tgt", "fr", "--format", "ctranslate2"]
+    assert langshare(export + ["--out", str(tmp_path / "v1"), "--quantization", "int8"]) == 0
+    (tmp_path / "current").symlink_to("v1")
+    assert langshare(export + ["--out", str(tmp_path / "current")]) == 0
+    assert (tmp_path / "current").is_symlink() and str((tmp_path / "current").readlink()) == "v1"
+    assert json.loads((tmp_path / "v1" / "langshare.json").read_text())["quantization"] == "float32"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["current", "v1"]
+    assert len(PairTranslator(tmp_path / "current").translate(["open the file"], beam=1)) == 1
+
+
+def test_truncated_checkpoint_next_to_a_dangling_symlink_is_explained(tmp_path, capsys):
+    import torch
+
+    torch.save({"model": {"w": torch.zeros(1000)}}, tmp_path / "checkpoint_best.pt")
+    data = (tmp_path / "checkpoint_best.pt").read_bytes()
+    (tmp_path / "checkpoint_last.pt").write_bytes(data[: len(data) // 2])
+    (tmp_path / "checkpoint_old.pt").symlink_to(tmp_path / "gone" / "checkpoint.pt")
+    assert langshare(["export", str(tmp_path / "checkpoint_last.pt"), "--src", "en", "--tgt", "fr", "--out",
+                      str(tmp_path / "out.pt")]) == 2
+    err = one_line_error(capsys)
+    assert f"cannot read checkpoint {tmp_path / 'checkpoint_last.pt'}" in err
+    assert f"the newest readable checkpoint next to it is {tmp_path / 'checkpoint_best.pt'}" in err

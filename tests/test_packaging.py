@@ -52,10 +52,17 @@ def test_python_floor_and_the_deploy_extra():
     assert [(r.name, str(r.specifier)) for r in deploy] == [("ctranslate2", ">=4")]
 
 
+# str methods 3.9 added, which a 3.8 parse accepts
+NEWER_THAN_3_8 = ("removeprefix", "removesuffix")
+
+
 def test_package_code_parses_as_python_3_8():
-    """Users run Python 3.8-3.10: no newer syntax (match, parenthesised context managers, ...)."""
+    """Users run Python 3.8-3.10: no newer syntax (match, parenthesised context managers, ...) and
+    no call of a str method 3.8 lacks."""
     for path in sorted((REPO / "fairseq_langshare").rglob("*.py")):
-        ast.parse(path.read_text(encoding="utf-8"), filename=str(path), feature_version=(3, 8))
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path), feature_version=(3, 8))
+        calls = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr in NEWER_THAN_3_8]
+        assert not calls, f"{path}:{calls[0]}: str.removeprefix/removesuffix need Python 3.9"
 
 
 def test_langshare_help_prints_only_the_help():

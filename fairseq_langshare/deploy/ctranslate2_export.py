@@ -130,11 +130,13 @@ def language_tokens(task_cfg: Dict, src: str, tgt: str) -> Dict[str, List[str]]:
 
 def _converter_checkpoint(pair_pt: Path, out: Path) -> Dict:
     """Write the exported pair again with its options as the flat Namespace fairseq's legacy
-    ``args`` was (what the converter reads); return the exported config."""
+    ``args`` was (what the converter reads); return the exported config. The languages go in as
+    ``--langs``: the converter would look for a ``--lang-dict`` file in the data directory."""
     state = torch.load(pair_pt, map_location="cpu", weights_only=True)
     cfg = state["cfg"]
     args = argparse.Namespace(**{**(cfg.get("common") or {}), **cfg["task"], **cfg["model"]})
     args.task, args.arch = cfg["task"]["_name"], cfg["model"]["_name"]
+    args.langs, args.lang_dict = list(state["extra_state"]["langshare_export"]["langs"]), None
     torch.save({"args": args, "cfg": None, "model": state["model"]}, out)
     return state
 
@@ -143,6 +145,24 @@ def _refuse_not_plain(name: str, src: str, tgt: str, checkpoint: Path, error: Op
     why, instead = _NOT_PLAIN.get(name, ("is not a plain Transformer", _FAIRSEQ_INSTEAD))
     raise DeployError(f"the {src}->{tgt} network of {checkpoint} ({name}) {why}, which CTranslate2's Transformer "
                       f"cannot run: {instead}") from error
+
+
+def _refuse_no_layers(model_cfg: Dict, src: str, tgt: str, checkpoint: Path) -> None:
+    """CTranslate2 converts a stack without layers (e.g. latent depth, every posterior below the
+    threshold) into a model it cannot load: refuse it here."""
+    empty = [side for side in ("encoder", "decoder") if not model_cfg.get(f"{side}_layers")]
+    if empty:
+        raise DeployError(f"the {src}->{tgt} network of {checkpoint} keeps no {' and no '.join(empty)} layer, which "
+                          f"CTranslate2 cannot load: {_FAIRSEQ_INSTEAD}")
+
+
+def _refuse_unsupported(error: ValueError, src: str, tgt: str, checkpoint: Path):
+    """CTranslate2's refusal (a headline, then one "- reason" a line) as one line with the fix."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    lines = [line[2:] if line.startswith("- ") else line for line in lines]  # (str.removeprefix: Python >= 3.9)
+    head, *reasons = [line for line in lines if line] or [""]
+    raise DeployError(f"the {src}->{tgt} network of {checkpoint} is not supported by CTranslate2 "
+                      f"({'; '.join(reasons) or head}): {_FAIRSEQ_INSTEAD}") from None
 
 
 def _model_name(checkpoint: Path) -> str:
@@ -180,8 +200,9 @@ def export_ctranslate2(checkpoint, src: str, tgt: str, out_dir, quantization: st
     if quantization not in QUANTIZATIONS:
         raise DeployError(f"--quantization {quantization!r}: pick one of {', '.join(QUANTIZATIONS)}")
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
-    _check_out_dir(out_dir)
-    staging = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
+    target = Path(os.path.realpath(out_dir))  # a symlinked --out keeps its link: its target is replaced
+    _check_out_dir(target)
+    staging = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
         with tempfile.TemporaryDirectory(prefix="langshare-ct2-") as scratch:
             pair_pt, named_pt = Path(scratch) / "pair.pt", Path(scratch) / "pair-args.pt"
@@ -196,6 +217,7 @@ def export_ctranslate2(checkpoint, src: str, tgt: str, out_dir, quantization: st
             cfg = state["cfg"]
             if cfg["model"]["_name"] != PLAIN_ARCH:
                 _refuse_not_plain(cfg["model"]["_name"], src, tgt, checkpoint)
+            _refuse_no_layers(cfg["model"], src, tgt, checkpoint)
             tokens = language_tokens(cfg["task"], src, tgt)
             data = _data_dir(data, cfg["task"], src, tgt)
             spm = Path(spm) if spm else find_spm(data)
@@ -207,6 +229,10 @@ def export_ctranslate2(checkpoint, src: str, tgt: str, out_dir, quantization: st
                 shutil.rmtree(staging)
             try:
                 converter.convert(str(staging), quantization=quantization)
+            except ValueError as error:
+                if "not supported" not in str(error):
+                    raise
+                _refuse_unsupported(error, src, tgt, checkpoint)
             except RuntimeError as error:
                 if "size mismatch" not in str(error):
                     raise
@@ -232,7 +258,7 @@ def export_ctranslate2(checkpoint, src: str, tgt: str, out_dir, quantization: st
             },
         }
         write_json_atomic(staging / MANIFEST, manifest)
-        _publish(staging, out_dir)
+        _publish(staging, target)
     finally:
         if staging.exists():
             shutil.rmtree(staging)

@@ -53,10 +53,13 @@ class PairTranslator:
         try:
             self.translator = ctranslate2.Translator(str(self.model_dir), device=device, compute_type=compute_type,
                                                      inter_threads=1, intra_threads=threads)
-        except (ValueError, RuntimeError) as error:  # e.g. a compute type this device cannot run
+        except (ValueError, RuntimeError, IndexError) as error:  # e.g. a compute type this device cannot run;
+            # IndexError: a variable the model lacks ("variable encoder/layer_0/... not found": a stack without layers)
             first = (str(error).strip().splitlines() or [""])[0]
-            raise DeployError(f"CTranslate2 cannot load {self.model_dir} on {device} ({first}): re-export it with "
-                              "another --quantization or use another --device") from None
+            fix = ("re-export it with langshare export, which refuses what CTranslate2 cannot run and names what to "
+                   "do instead" if isinstance(error, IndexError) else
+                   "re-export it with another --quantization or use another --device")
+            raise DeployError(f"CTranslate2 cannot load {self.model_dir} on {device} ({first}): {fix}") from None
 
     def encode(self, line: str) -> List[str]:
         """Source tokens as the model reads them (CTranslate2 appends EOS itself)."""
@@ -96,15 +99,26 @@ class PairTranslator:
 
 # --- CLI -------------------------------------------------------------------------------------
 
+def split_lines(text: str) -> List[str]:
+    """The lines of ``text`` ended by "\\n" only, a trailing "\\r" dropped: one translation per input line
+    (``str.splitlines`` also splits on \\u2028, \\x0c, \\x1c-\\x1e, \\x85, shifting every later line)."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def _run(args) -> int:
     if args.beam < 1 or args.batch_size < 1 or args.threads < 1:
         raise ValueError("--beam, --batch-size and --threads must be at least 1")
     translator = PairTranslator(args.model_dir, device=args.device, threads=args.threads)
     if args.input:
-        with open(args.input, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        with open(args.input, encoding="utf-8", newline="") as f:
+            lines = split_lines(f.read())
     else:
-        lines = sys.stdin.read().splitlines()
+        stdin = getattr(sys.stdin, "buffer", None)  # bytes: no newline translation of a lone "\r"
+        lines = split_lines(stdin.read().decode(sys.stdin.encoding or "utf-8", sys.stdin.errors or "strict")
+                            if stdin is not None else sys.stdin.read())
     chunk = max(args.batch_size * 32, 1024)  # sorted by length within a chunk; output streams chunk by chunk
     bar = tqdm(total=len(lines), unit="sent", file=sys.stderr, desc="translating",
                disable=args.quiet or len(lines) < PROGRESS_MIN_LINES)
