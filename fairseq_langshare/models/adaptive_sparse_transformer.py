@@ -45,6 +45,7 @@ from torch import nn
 
 from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_layer_on_rows
 from ..modules.scaled_logits import scaled_from_state
+from ..modules.schedules import set_given_options
 from ..modules.sparse_scores import CATEGORIES, REDUCTIONS, SPARSITY_TYPES, RoutedLinear, SparseScorer, inference_tables
 from .langshare_transformer import size_preset
 from .config_transformer import ConfigTransformerModel
@@ -503,6 +504,9 @@ class AdaptiveSparseTransformerModel(LanguageAwareTransformerModel):
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
             max_update = int(getattr(args, "max_update", 0) or 0)
+            given = [option for option, name in (("--sparse-t-bar", "sparse_t_bar"),
+                                                 ("--sparse-layer-t-bar", "sparse_layer_t_bar"))
+                     if getattr(args, name, None) is not None]
             if getattr(args, "sparse_layer_t_bar", None) is None:  # resolved once, saved in the checkpoint's config
                 if getattr(args, "sparse_t_bar", None) is not None:  # a T-bar given is Algorithm 1's one T-bar
                     args.sparse_layer_t_bar = args.sparse_t_bar
@@ -515,7 +519,9 @@ class AdaptiveSparseTransformerModel(LanguageAwareTransformerModel):
         cfg.num_languages = len(inventory)
         validate(cfg)
         cfg.sparse_trained_languages = trained_languages(task, inventory)
-        return super(TransformerModel, cls).build_model(cfg, task)
+        model = super(TransformerModel, cls).build_model(cfg, task)
+        set_given_options(model, given)  # the others come from a resumed checkpoint
+        return model
 
     def check_training_run(self, args) -> None:
         """Called by the task when a training run builds the model (not when a checkpoint is decoded)."""

@@ -26,6 +26,7 @@ from torch import nn
 from ..modules.auxiliary import AuxiliaryReporter
 from ..modules.clsr import ClsrUnit, LanguageProjections
 from ..modules.language_specific_layer import reorder_modules
+from ..modules.schedules import set_given_options
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
 from .langshare_transformer import small_preset, tiny_preset
 
@@ -253,12 +254,14 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         budget = float(getattr(args, "clsr_budget", 0.3))
         if not 0.0 <= budget <= 1.0:
             raise ValueError(f"--clsr-budget {budget} is outside [0, 1]: p is the share of open gates")
-        if getattr(args, "clsr_noise_ramp_updates", 0) in (0, None):
+        given = [] if getattr(args, "clsr_noise_ramp_updates", 0) in (0, None) else ["--clsr-noise-ramp-updates"]
+        if not given:
             # alpha grows over the whole run (the authors' setting); without --max-update the
             # ramp stays 0 and training refuses to start (ClsrUnit.noise_scale)
             with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
                 args.clsr_noise_ramp_updates = int(getattr(args, "max_update", 0) or 0)
         model = super().build_model(args, task)
+        set_given_options(model, given)  # else the ramp comes from a resumed checkpoint
         return model
 
     @classmethod

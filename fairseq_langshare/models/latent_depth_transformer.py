@@ -32,6 +32,7 @@ from omegaconf import OmegaConf, open_dict
 from ..modules.latent_layers import (KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_from_state,
                                      resolve_keep_rule)
 from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_layer_on_rows
+from ..modules.schedules import set_given_options
 from .langshare_transformer import size_preset
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
 
@@ -92,6 +93,10 @@ class LatentDepthTransformerConfig(TransformerConfig):
 
 
 LATENT_FIELDS = tuple(name for name in LatentDepthTransformerConfig.__dataclass_fields__ if name.startswith("latent_"))
+# the schedules' horizons, by option: default shares of --max-update, kept by a resumed run (schedules.keep_horizons)
+LATENT_HORIZONS = (("--latent-commit-updates", "latent_commit_updates"),
+                   ("--latent-tau-anneal-updates", "latent_tau_anneal_updates"),
+                   ("--latent-kl-anneal-updates", "latent_kl_anneal_updates"))
 
 
 def latent_stacks(model_cfg) -> List[str]:
@@ -370,6 +375,7 @@ class LatentDepthTransformerModel(LanguageAwareTransformerModel):
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
             max_update = int(getattr(args, "max_update", 0) or 0)
+            given = [option for option, name in LATENT_HORIZONS if getattr(args, name, None) is not None]
             # schedules over the run (as CLSR's noise): resolved once, saved in the checkpoint's config.
             # The sampling phase ends at the commit: tau reaches its end there, beta a third of the way
             if getattr(args, "latent_commit_updates", None) is None:
@@ -391,7 +397,9 @@ class LatentDepthTransformerModel(LanguageAwareTransformerModel):
         cfg.num_languages = len(inventory)
         validate(cfg)  # before anything is built
         cfg.latent_trained_languages = trained_languages(task, inventory)
-        return super(TransformerModel, cls).build_model(cfg, task)  # fairseq's TransformerModelBase
+        model = super(TransformerModel, cls).build_model(cfg, task)  # fairseq's TransformerModelBase
+        set_given_options(model, given)  # the others come from a resumed checkpoint
+        return model
 
     # --- the pruned network of a language pair ------------------------------------------------
     def selectors(self) -> Dict[str, LayerSelector]:

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .routing import LanguageIds, language_grouping, languages_present, route_by_language
-from .schedules import ScheduledModule, linear_ramp
+from .schedules import ScheduledModule, keep_horizons, linear_ramp
 
 __all__ = ["LanguageProjections", "ClsrGate", "ClsrUnit", "GATE_MODES"]
 
@@ -119,6 +119,7 @@ class ClsrUnit(nn.Module, ScheduledModule):
         self.__dict__["languages"] = languages
         self.gate = ClsrGate(dim, gate_dim) if mode in ("learned", "soft") else None
         self.max_noise, self.noise_ramp_updates = max_noise, noise_ramp_updates
+        keep_horizons(self, {"noise_ramp_updates": "--clsr-noise-ramp-updates"})
         # per-call state in a plain dict (nn.Module.__setattr__ is slow on the decoding path):
         # "gates" armed for the next forward, "last" = (gates, padding mask) for the budget,
         # "fold" the folded inference weights of this call (None: unfolded), "folded" their cache

@@ -35,7 +35,7 @@ from .auxiliary import AuxiliaryReporter
 from .routing import MissingLanguageIds, same_ids
 from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_from_state, scaled_value, set_scaled_value
-from .schedules import ScheduledModule, exponential_ramp, linear_ramp
+from .schedules import ScheduledModule, exponential_ramp, keep_horizons, linear_ramp
 
 __all__ = ["gumbel_sigmoid", "bernoulli_kl", "kl_to_prior", "target_depth_loss", "keep_table", "LayerSelector",
            "keep_from_state", "resolve_keep_rule", "alpha_from_state", "undecided_share", "PRIORS", "KEEP_RULES", "RUN", "SKIP",
@@ -171,6 +171,8 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         self.register_buffer("trained_languages", trained, persistent=False)
         self.tau_start, self.tau_end, self.tau_anneal_updates = tau_start, tau_end, tau_anneal_updates
         self.prior, self.kl_weight, self.kl_anneal_updates = prior, kl_weight, kl_anneal_updates
+        keep_horizons(self, {"commit_updates": "--latent-commit-updates", "tau_anneal_updates": "--latent-tau-anneal-updates",
+                             "kl_anneal_updates": "--latent-kl-anneal-updates"})
         self.target_depth, self.target_depth_weight = target_depth, target_depth_weight
         self.update_period = update_period
         self.keep_rule, self.keep_threshold = keep_rule, keep_threshold

@@ -51,7 +51,7 @@ from .latent_layers import gumbel_sigmoid
 from .routing import MissingLanguageIds, route_by_language, same_ids
 from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_value
-from .schedules import ScheduledModule
+from .schedules import ScheduledModule, keep_horizons
 
 __all__ = ["SPARSITY_TYPES", "REDUCTIONS", "topk_mask", "sparsity_loss", "disparity_loss", "topk_loss",
            "reduced_losses", "RoutedLinear", "SparseScorer", "inference_tables", "CATEGORIES"]
@@ -185,8 +185,9 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         self.block_width = ffn_dim // blocks if blocks else 0
         self.keep = {"layers": keep_layers, "heads": keep_heads, "blocks": keep_blocks}
         self.t_bar, self.tau, self.c_s, self.c_d, self.c_t = t_bar, tau, c_s, c_d, c_t
-        # T-bar per category: the layers may switch later than heads and blocks (None: Algorithm 1's one T-bar)
-        self.t_bars = {"heads": t_bar, "blocks": t_bar, "layers": t_bar if layer_t_bar is None else layer_t_bar}
+        # the layers may switch later than heads and blocks (None: Algorithm 1's one T-bar)
+        self.layer_t_bar = t_bar if layer_t_bar is None else layer_t_bar
+        keep_horizons(self, {"t_bar": "--sparse-t-bar", "layer_t_bar": "--sparse-layer-t-bar"})
         if reduction not in REDUCTIONS:
             raise ValueError(f"sparse loss reduction {reduction!r}: use one of {', '.join(REDUCTIONS)}")
         self.reduction = reduction
@@ -208,10 +209,15 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         name = f"{category}_logits"
         return scaled_value(self, name) if hasattr(self, name) else None
 
+    @property
+    def t_bars(self) -> Dict[str, int]:
+        """T-bar per category."""
+        return {"heads": self.t_bar, "blocks": self.t_bar, "layers": self.layer_t_bar}
+
     def phase(self, category: str = "heads") -> int:
         """Algorithm 1: update t (1-based, trained with num_updates = t - 1) is in phase 2 when t > T-bar,
         the category's T-bar (heads and blocks: ``t_bar``; layers: ``layer_t_bar``)."""
-        return 1 if self.num_updates < self.t_bars[category] else 2
+        return 1 if self.num_updates < (self.layer_t_bar if category == "layers" else self.t_bar) else 2
 
     # --- the deterministic inference decision --------------------------------------------------
     def inference_tables(self) -> Dict[str, Dict[str, Tensor]]:
