@@ -190,6 +190,12 @@ def test_bad_options_are_clear_errors(corpus):
         build(corpus, "--clsr-variant", "dedicated", "--clsr-dedicated", "encoder1")
     with pytest.raises(ValueError, match="needs --clsr-dedicated"):
         build(corpus, "--clsr-variant", "dedicated")
+    # options that would otherwise be silently ignored
+    with pytest.raises(ValueError, match=r"^--clsr-dedicated enc1.ffn needs --clsr-variant dedicated"):
+        build(corpus, "--clsr-dedicated", "enc1.ffn")
+    for flag in ("--checkpoint-activations", "--offload-activations"):
+        with pytest.raises(ValueError, match=f"^{flag} re-runs layers .*: drop {flag}$"):
+            build(corpus, flag)
 
 
 def test_lsscore_is_eq7_and_dedicated_takes_positive_sublayers():

@@ -50,7 +50,7 @@ from ..modules.sparse_scores import CATEGORIES, REDUCTIONS, SPARSITY_TYPES, Rout
 from .langshare_transformer import size_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
-from .latent_depth_transformer import reorder_walk, trained_languages
+from .latent_depth_transformer import TrainedLanguagesByCode, reorder_walk, trained_language_codes, trained_languages
 
 logger = logging.getLogger(__name__)
 
@@ -489,7 +489,7 @@ def export_model_for(model_cfg) -> str:
 
 
 @register_model("adaptive_sparse_transformer")
-class AdaptiveSparseTransformerModel(LanguageAwareTransformerModel):
+class AdaptiveSparseTransformerModel(TrainedLanguagesByCode, LanguageAwareTransformerModel):
     config_class = AdaptiveSparseTransformerConfig
     encoder_class = SparseEncoder
     decoder_class = SparseDecoder
@@ -520,6 +520,7 @@ class AdaptiveSparseTransformerModel(LanguageAwareTransformerModel):
         validate(cfg)
         cfg.sparse_trained_languages = trained_languages(task, inventory)
         model = super(TransformerModel, cls).build_model(cfg, task)
+        model.trained_codes = trained_language_codes(task, inventory)
         set_given_options(model, given)  # the others come from a resumed checkpoint
         return model
 

@@ -254,6 +254,15 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         budget = float(getattr(args, "clsr_budget", 0.3))
         if not 0.0 <= budget <= 1.0:
             raise ValueError(f"--clsr-budget {budget} is outside [0, 1]: p is the share of open gates")
+        dedicated, variant = getattr(args, "clsr_dedicated", ""), str(getattr(args, "clsr_variant", "clsr"))
+        if dedicated and variant != "dedicated":
+            raise ValueError(f"--clsr-dedicated {dedicated} needs --clsr-variant dedicated (it is --clsr-variant "
+                             f"{variant}, which ignores the list)")
+        for flag in ("offload_activations", "checkpoint_activations"):  # offloading implies checkpointing
+            if getattr(args, flag, False):  # fairseq wraps its own layers only; and the ids would be unbound
+                option = "--" + flag.replace("_", "-")
+                raise ValueError(f"{option} re-runs layers in the backward pass, when no language ids are bound, "
+                                 f"so CLSR units cannot use it: drop {option}")
         given = [] if getattr(args, "clsr_noise_ramp_updates", 0) in (0, None) else ["--clsr-noise-ramp-updates"]
         if not given:
             # alpha grows over the whole run (the authors' setting); without --max-update the

@@ -153,16 +153,44 @@ def default_commit_updates(max_update: int) -> int:
     return max(1, max_update // 32) if max_update > 0 else 0
 
 
-def trained_languages(task, inventory) -> Dict[str, List[int]]:
-    """Language ids on each side of the task's training directions (the languages whose posteriors
+def trained_language_codes(task, inventory) -> Dict[str, List[str]]:
+    """Language codes on each side of the task's training directions (the languages whose posteriors
     the aggregated prior and u_l average over)."""
     sides = {"src": set(), "tgt": set()}
     for pair in getattr(task, "lang_pairs", None) or []:
         src, tgt = pair.split("-")
         for side, code in (("src", src), ("tgt", tgt)):
             if code in inventory:
-                sides[side].add(inventory.id(code))
-    return {side: sorted(ids) for side, ids in sides.items()}
+                sides[side].add(code)
+    return {side: sorted(codes) for side, codes in sides.items()}
+
+
+def trained_languages(task, inventory) -> Dict[str, List[int]]:
+    """The ids of ``trained_language_codes`` in the inventory as it is now."""
+    return {side: sorted(inventory.id(code) for code in codes)
+            for side, codes in trained_language_codes(task, inventory).items()}
+
+
+class TrainedLanguagesByCode:
+    """Mixin of the models whose modules mask the trained languages (``set_trained_languages``: latent
+    depth's selectors, adaptive sparse's scorers). The masks are built from the task's inventory, but a
+    checkpoint loaded under a reordered --langs re-maps the ids to its own order
+    (``LanguageInventory.adopt``), the order its per-language logits follow: so the masks are kept as
+    codes (``trained_codes``, set by ``build_model``) and resolved again after every load."""
+
+    trained_codes: Optional[Dict[str, List[str]]] = None
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        self.resolve_trained_languages()
+        return result
+
+    def resolve_trained_languages(self) -> None:
+        if self.trained_codes is None or self.inventory is None:
+            return
+        for module in self.modules():
+            if module is not self and hasattr(module, "set_trained_languages"):
+                module.set_trained_languages([self.inventory.id(c) for c in self.trained_codes.get(module.side, [])])
 
 
 def make_selector(cfg, stack: str) -> Optional[LayerSelector]:
@@ -361,7 +389,7 @@ class LatentDecoder(LanguageAwareDecoder):
 
 
 @register_model("latent_depth_transformer")
-class LatentDepthTransformerModel(LanguageAwareTransformerModel):
+class LatentDepthTransformerModel(TrainedLanguagesByCode, LanguageAwareTransformerModel):
     config_class = LatentDepthTransformerConfig
     encoder_class = LatentEncoder
     decoder_class = LatentDecoder
@@ -398,6 +426,7 @@ class LatentDepthTransformerModel(LanguageAwareTransformerModel):
         validate(cfg)  # before anything is built
         cfg.latent_trained_languages = trained_languages(task, inventory)
         model = super(TransformerModel, cls).build_model(cfg, task)  # fairseq's TransformerModelBase
+        model.trained_codes = trained_language_codes(task, inventory)
         set_given_options(model, given)  # the others come from a resumed checkpoint
         return model
 

@@ -140,6 +140,14 @@ def keep_from_state(state: dict, prefix: str, rule: str, threshold: float, targe
     return keep_table(alpha, rule, threshold, target_depth if rule == "top-k" else 0)
 
 
+def mark_languages(mask: Tensor, ids: Optional[Sequence[int]]) -> None:
+    """Set the boolean per-language ``mask`` to the languages ``ids`` (every language when none)."""
+    with torch.no_grad():
+        mask.fill_(not ids)
+        if ids:
+            mask[list(ids)] = True
+
+
 class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
     """The selection posteriors of one latent stack: logits (num_langs, num_layers).
 
@@ -166,9 +174,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         self.register_buffer("committed_keep", torch.zeros(num_langs, num_layers, dtype=torch.bool))
         self._register_load_state_dict_pre_hook(self._uncommitted_by_default)
         self.commit_updates = commit_updates
-        trained = torch.zeros(num_langs, dtype=torch.bool)
-        trained[list(trained_languages) if trained_languages else slice(None)] = True
-        self.register_buffer("trained_languages", trained, persistent=False)
+        self.register_buffer("trained_languages", torch.ones(num_langs, dtype=torch.bool), persistent=False)
         self.tau_start, self.tau_end, self.tau_anneal_updates = tau_start, tau_end, tau_anneal_updates
         self.prior, self.kl_weight, self.kl_anneal_updates = prior, kl_weight, kl_anneal_updates
         keep_horizons(self, {"commit_updates": "--latent-commit-updates", "tau_anneal_updates": "--latent-tau-anneal-updates",
@@ -179,6 +185,13 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         # per-call state in a plain dict: z (L, 1, B, 1) in training, plan (list) at inference
         self._call = {"z": None, "plan": None, "batch": None}
         self._cache = {}  # values derived from the logits, reused while the logits keep their value
+        self.set_trained_languages(trained_languages)
+
+    def set_trained_languages(self, ids: Optional[Sequence[int]]) -> None:
+        """The languages trained on this side (all when none are named): those the aggregated prior,
+        L_K and u_l average over. The model sets them again when a checkpoint re-maps the ids."""
+        mark_languages(self.trained_languages, ids)
+        self._cache.clear()  # statistics derived with the old mask
 
     def _uncommitted_by_default(self, state_dict, prefix, *args):
         self._cache.clear()  # the loaded state decides what is committed

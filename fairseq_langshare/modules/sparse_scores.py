@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
-from .latent_layers import gumbel_sigmoid
+from .latent_layers import gumbel_sigmoid, mark_languages
 from .routing import MissingLanguageIds, route_by_language, same_ids
 from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_value
@@ -196,10 +196,14 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         for kind in self.types:  # every score starts at sigmoid(logit_init); parameter names as before the scale
             category = CATEGORIES[kind]
             add_scaled_logits(self, f"{category}_logits", shapes[category], logit_init, logit_lr_scale)
-        trained = torch.zeros(num_langs, dtype=torch.bool)
-        trained[list(trained_languages) if trained_languages else slice(None)] = True
-        self.register_buffer("trained_languages", trained, persistent=False)
+        self.register_buffer("trained_languages", torch.ones(num_langs, dtype=torch.bool), persistent=False)
+        self.set_trained_languages(trained_languages)
         self._call = {"batch": None}
+
+    def set_trained_languages(self, ids: Optional[Sequence[int]]) -> None:
+        """The languages trained on this side (all when none are named): those the losses run over.
+        The model sets them again when a checkpoint re-maps the ids."""
+        mark_languages(self.trained_languages, ids)
 
     def categories(self):
         return [CATEGORIES[kind] for kind in self.types]
