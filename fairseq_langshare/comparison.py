@@ -16,7 +16,7 @@ import sys
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .atomic_files import write_json_atomic, write_text_atomic
+from .atomic_files import check_writable, write_json_atomic, write_text_atomic
 from .evaluation import GROUP_ORDER, EvaluationError, _averages, _csv, _fmt, _read_json, read_references
 from . import significance
 
@@ -218,6 +218,10 @@ def read_runs(items: Sequence[str]) -> List[Tuple[str, dict]]:
 
 
 def _run(args):
+    inputs = [item.rpartition("=")[2] for item in args.results]
+    for flag, path, others in (("--out-json", args.out_json, []), ("--out-md", args.out_md, [args.out_json])):
+        if path:  # fail now, not after the tests
+            check_writable(path, flag, inputs=[*inputs, *others])
     try:
         cmp = compare(read_runs(args.results), args.baseline, tuple(_csv(args.metrics)),
                       test=not args.no_significance, n_samples=args.bootstrap_samples)

@@ -149,7 +149,6 @@ def plot_heatmap(scores: Dict, languages_by_size: List[str], path: str) -> None:
 
 
 def _run_gates(args):
-    os.makedirs(args.out, exist_ok=True)
     stats = gate_statistics(args.checkpoint, data=args.data, split=args.split, max_tokens=args.max_tokens)
     write_json_atomic(os.path.join(args.out, "gates.json"), stats)
     print(f"p={stats['budget']} open-gate rate {stats['open_rate']:.3f} on {args.split}")
@@ -166,9 +165,11 @@ def _run_lsscore(args):
             runs.append(json.load(f))
     scores = lsscore(runs)
     order = []
-    if args.manifest:
+    if args.manifest:  # by training size, largest first (a manifest without sizes: its own order)
         with open(args.manifest, encoding="utf-8") as f:
-            order = json.load(f).get("languages", [])
+            manifest = json.load(f)
+        sizes = manifest.get("train_pairs_per_language")
+        order = sorted(sizes, key=sizes.get, reverse=True) if sizes else manifest.get("languages", [])
     os.makedirs(args.out, exist_ok=True)
     dedicated = dedicated_flags(scores, args.dedicated_rule)
     write_json_atomic(os.path.join(args.out, "lsscore.json"),

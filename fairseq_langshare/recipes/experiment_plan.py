@@ -6,6 +6,8 @@ and ``--dry-run`` prints.
 
 import json
 import os
+import pickle
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -201,6 +203,43 @@ class Run:
 
     def results(self, eval_set):
         return os.path.join(self.run_dir, f"results-{eval_set}.json")
+
+
+def _checkpoint_updates(path: str) -> int:
+    """The updates a fairseq checkpoint holds (0 where it cannot be read: resuming from it says why).
+    Weights-only loading, as every load of the package (``checkpoint_safety``); memory-mapped where
+    torch can (>= 2.1), so the weights are not read."""
+    import torch
+
+    from .. import checkpoint_safety  # noqa: F401 - importing the package allow-lists fairseq's globals
+
+    for kwargs in ({"mmap": True}, {}):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, **kwargs)
+            return int(state["optimizer_history"][-1]["num_updates"])
+        except TypeError:  # a torch without mmap: load it whole
+            continue
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, KeyError, IndexError, ValueError):
+            return 0
+    return 0
+
+
+def trained_updates(save_dir: str) -> int:
+    """The updates the training in ``save_dir`` has done (0: none): the most of its ``finished-<n>``
+    markers and its checkpoint_last.pt."""
+    names = os.listdir(save_dir) if os.path.isdir(save_dir) else []
+    done = [int(n.split("-")[1]) for n in names if re.fullmatch(r"finished-\d+", n)]
+    if "checkpoint_last.pt" in names:
+        done.append(_checkpoint_updates(os.path.join(save_dir, "checkpoint_last.pt")))
+    return max(done, default=0)
+
+
+def check_updates(save_dir: str, planned: int, fix: str) -> None:
+    """Refuse ``save_dir`` if it was trained past ``planned`` updates: fairseq would resume it, train
+    one more update and it would be marked finished after ``planned``. Fewer updates: it resumes."""
+    done = trained_updates(save_dir)
+    if done > planned:
+        raise ValueError(f"{save_dir} was trained for {done} updates, this plan has {planned}: {fix}")
 
 
 def eval_sets(exp: Experiment, corpus: Corpus, trained: List[str], split="test") -> List[EvalSet]:

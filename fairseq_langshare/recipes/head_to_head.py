@@ -91,6 +91,7 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
     short-budget settings). Returns the runs."""
     stream = stream or sys.stdout
     corpora = {**DEFAULT_CORPORA, **(corpora or {})}
+    head_to_head_report.check_outputs(out_json, out_md, figure)  # not after hours of training
     runs = plan(models or [m.name for m in MODELS], directions, seeds, runs_dir, corpora, updates, train_flags)
     if not dry_run:
         for d in dict.fromkeys(r.direction for r in runs):

@@ -8,10 +8,10 @@ import os
 import re
 import shlex
 import sys
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from .. import comparison
-from ..atomic_files import save_figure_atomic, write_json_atomic, write_text_atomic
+from ..atomic_files import check_writable, save_figure_atomic, write_json_atomic, write_text_atomic
 from ..evaluation import _read_json
 from .head_to_head_runs import EVALUATE_FLAGS, TRAIN_FLAGS, Run, equal_cost_problems, profile
 from .head_to_head_models import BASELINE, DIRECTIONS
@@ -212,8 +212,17 @@ def write_section(path: str, section: str) -> None:
     write_text_atomic(path, text)
 
 
+def check_outputs(out_json: str, out_md: Optional[str], figure: Optional[str]) -> None:
+    """Refuse, before any training, a report path that cannot be written or is another of them."""
+    check_writable(out_json, "--out-json")
+    for flag, path, others in (("--out-md", out_md, [out_json]), ("--figure", figure, [out_json, out_md])):
+        if path:
+            check_writable(path, flag, inputs=others)
+
+
 def report(runs: List[Run], out_json: str, out_md: str, figure: str, stream=None, n_samples: int = 1000) -> Dict:
     stream = stream or sys.stdout
+    check_outputs(out_json, out_md, figure)
     data = build(runs, n_samples, stream)
     if not data["directions"]:
         print("no direction has an evaluated baseline yet: nothing to report", file=stream)

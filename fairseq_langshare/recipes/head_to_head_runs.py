@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .experiment_plan import check_updates
 from .head_to_head_models import BASELINE, DIRECTIONS, H2HModel, model as model_named
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -156,8 +157,8 @@ def trained_with(run: Run) -> Optional[Tuple[str, ...]]:
 def plan(models: Sequence[str], directions: Sequence[str], seeds: Sequence[int], runs_dir: str,
          corpora: Dict[str, str], updates: int, train_flags: Sequence[str] = ()) -> List[Run]:
     """Every (direction, seed, model) run, seed-major: all models of seed 1 come first. A run
-    directory trained with other ``train_flags`` is refused: it would be resumed or skipped as if it
-    were this plan's."""
+    directory trained with other ``train_flags`` or for more ``updates`` is refused: it would be
+    resumed or skipped as if it were this plan's."""
     if BASELINE not in models:
         raise ValueError(f"--models must include {BASELINE}: every model is compared with it")
     chosen = [model_named(m) for m in models]
@@ -170,6 +171,7 @@ def plan(models: Sequence[str], directions: Sequence[str], seeds: Sequence[int],
     runs = [Run(d, m, s, os.path.join(runs_dir, d, m.name, f"seed{s}"), Corpus(corpora[d], d), updates, extra)
             for d in directions for s in seeds for m in chosen]
     for run in runs:
+        check_updates(run.dir, updates, "pass the same --updates or another --runs-dir")
         before = trained_with(run)
         if before is not None and before != extra:
             raise ValueError(f"{run.dir} was trained with --train-flags {' '.join(before) or '(none)'!r}, this plan "

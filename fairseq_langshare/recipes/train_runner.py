@@ -3,8 +3,9 @@ baseline and the run it is initialised from: train with fairseq (in this process
 fairseq's own ``call_main``, so multi-GPU works as with ``fairseq-train``), average the last
 checkpoints where the paper does, evaluate as the paper reports, compare with the baseline, run
 the method's analysis. Finished steps are skipped: a training by its ``finished-<updates>``
-marker, averaging and evaluation by their (atomically written) outputs being newer than their
-inputs; an interrupted training resumes from ``checkpoint_last.pt``.
+marker, averaging, evaluation and analyses by their (atomically written) outputs being newer than
+their inputs; an interrupted training resumes from ``checkpoint_last.pt``; a run directory trained
+for more updates than planned is refused.
 """
 
 import contextlib
@@ -16,14 +17,21 @@ from typing import List
 
 from ..atomic_files import write_text_atomic
 from .average_checkpoints import average_checkpoints, last_update_checkpoints
-from .experiment_plan import (REAL_GPUS, Corpus, Run, after_commands, default_data_dir, default_out_dir,
-                              evaluate_command, evaluate_kwargs, hydra_command, lookup, plan_run, train_argv)
+from .experiment_plan import (REAL_GPUS, Corpus, Run, after_commands, check_updates, default_data_dir,
+                              default_out_dir, evaluate_command, evaluate_kwargs, hydra_command, lookup, plan_run,
+                              train_argv)
 
 logger = logging.getLogger(__name__)
 
 
 def _shell(argv: List[str]) -> str:
     return " ".join(f'"{a}"' if "$(" in a else shlex.quote(a) for a in argv)
+
+
+# what each analysis a recipe runs (``langshare analyze NAME ... --out DIR``) writes in DIR, each file
+# atomically: all there and newer than the checkpoint, it analysed that checkpoint
+ANALYSIS_OUTPUTS = {"lsl": ("lsl_weights.json", "lsl_weights.png"), "clsr": ("gates.json",),
+                    "latent-depth": ("latent_depth.json",), "adaptive-sparse": ("adaptive_sparse.json",)}
 
 
 def _newer(path, than):
@@ -68,6 +76,8 @@ def run_recipe(paper_name, experiment_name, methods=None, data_dir=None, out_dir
     for name in methods_in_order(exp, methods):
         run = plan_run(paper, exp, exp.method(name), data_dir=data_dir, out_dir=out_dir, tiny=tiny, gpus=gpus,
                        max_update=max_update, corpus=corpus)
+        check_updates(run.config["checkpoint"]["save_dir"], run.max_update,
+                      "pass the same --max-update (or --tiny) or another --out")
         runs.append(run)
     if dry_run:
         print_plan(runs, data_dir, out_dir, gpus, tiny, stream)
@@ -253,8 +263,11 @@ def execute(run: Run, data_dir, out_dir):
     for cmd in after_commands(run):
         argv = shlex.split(cmd)[1:]
         out = argv[argv.index("--out") + 1] if "--out" in argv else None
-        if out and _newer(out, run.checkpoint):
+        outputs = [os.path.join(out, name) for name in ANALYSIS_OUTPUTS.get(argv[1], ())] if out else []
+        if outputs and all(_newer(path, run.checkpoint) for path in outputs):
             continue  # analysed this checkpoint already
         code = langshare_main(argv)
+        if code == 130:  # Ctrl-C (cli.main said so): the recipe is interrupted, not failed
+            raise KeyboardInterrupt
         if code:
             raise ValueError(f"{run.method.name}: `{cmd}` failed with exit code {code}")

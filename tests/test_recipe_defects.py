@@ -1,0 +1,184 @@
+"""What the recipes and the CLI do with run directories and outputs that are not the plan's:
+a run trained for other updates is refused, not relabelled; an interrupted or failed analysis
+runs again; ``compare`` and head-to-head refuse outputs they cannot or must not write, before
+any work; Figure 6 ranks languages by training size."""
+
+import json
+import io
+import os
+
+import pytest
+import torch
+
+from fairseq_langshare.analysis import clsr_gates
+from fairseq_langshare.cli import main as langshare
+from fairseq_langshare.recipes import experiment_plan as ep
+from fairseq_langshare.recipes import head_to_head_report, train_runner
+from fairseq_langshare.recipes.head_to_head_runs import plan
+
+
+def _checkpoint(save_dir, updates, finished=True):
+    """A checkpoint_last.pt as fairseq saves its update count (and the finished marker)."""
+    os.makedirs(save_dir, exist_ok=True)
+    torch.save({"optimizer_history": [{"num_updates": updates}]}, os.path.join(save_dir, "checkpoint_last.pt"))
+    if finished:
+        open(os.path.join(save_dir, f"finished-{updates}"), "w").close()
+
+
+def _recipe_corpus(root):
+    """A prepared opus100 corpus as far as planning a recipe reads it."""
+    os.makedirs(root)
+    with open(os.path.join(root, "manifest.json"), "w") as f:
+        json.dump({"corpus": "opus100"}, f)
+    with open(os.path.join(root, "langs.txt"), "w") as f:
+        f.write("en\nde\nfr\n")
+    with open(os.path.join(root, "lang_pairs.txt"), "w") as f:
+        f.write("en-de,en-fr\n")
+    return str(root)
+
+
+# ----------------------------------------------------------------------------- 1. other updates
+def test_head_to_head_refuses_a_run_trained_for_more_updates(tmp_path):
+    def planned(updates):
+        return plan(["baseline"], ["o2m"], [1], str(tmp_path / "runs"), {"o2m": str(tmp_path)}, updates)[0]
+
+    run_dir = planned(20).dir
+    _checkpoint(run_dir, 20)
+    assert planned(20).status == "to evaluate"
+    with pytest.raises(ValueError, match=r"trained for 20 updates, this plan has 10: pass the same --updates or "
+                                         r"another --runs-dir$"):
+        planned(10)
+    assert planned(30).status == "to resume"  # fewer updates than planned: training goes on
+    # an interrupted training that went past the plan's updates is refused too
+    os.remove(os.path.join(run_dir, "finished-20"))
+    _checkpoint(run_dir, 15, finished=False)
+    with pytest.raises(ValueError, match="trained for 15 updates, this plan has 10"):
+        planned(10)
+    assert planned(20).status == "to resume"
+
+
+def test_recipe_refuses_a_run_trained_for_more_updates_before_training_anything(tmp_path, monkeypatch):
+    data, out = _recipe_corpus(tmp_path / "corpus"), str(tmp_path / "runs")
+    executed = []
+    monkeypatch.setattr(train_runner, "execute", lambda run, *a: executed.append(run.method.name))
+    _checkpoint(os.path.join(out, "clsr-p0.3", "checkpoints"), 10)
+
+    def run(updates):
+        return train_runner.run_recipe("clsr", "opus100-o2m", ["clsr-p0.3"], data, out, tiny=True,
+                                       max_update=updates, any_corpus=True)
+
+    with pytest.raises(ValueError, match=r"trained for 10 updates, this plan has 5: pass the same --max-update "
+                                         r"\(or --tiny\) or another --out$"):
+        run(5)
+    assert executed == []  # not even the baseline
+    assert langshare(["recipe", "run", "clsr", "opus100-o2m", "clsr-p0.3", "--data", data, "--out", out,
+                      "--max-update", "5", "--dry-run"]) == 2
+    run(20)  # more updates than trained: resumed
+    assert executed == ["baseline", "clsr-p0.3"]
+
+
+# ----------------------------------------------------------------------------- 2. analyses
+def test_an_interrupted_or_failed_analysis_runs_again(tmp_path, monkeypatch):
+    data = _recipe_corpus(tmp_path / "corpus")
+    paper, exp, method = ep.lookup("clsr", "opus100-o2m", "clsr-p0.3")
+    run = ep.plan_run(paper, exp, method, data_dir=data, out_dir=str(tmp_path / "runs"))
+    os.makedirs(os.path.dirname(run.checkpoint), exist_ok=True)
+    open(run.checkpoint, "w").close()
+    for name in ("train", "average", "evaluate_run", "compare_all"):  # done: only the analysis is left
+        monkeypatch.setattr(train_runner, name, lambda *a, **k: None)
+    calls = []
+
+    def gates(outcome):
+        def gate_statistics(checkpoint, **kwargs):
+            calls.append(checkpoint)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+        return gate_statistics
+
+    monkeypatch.setattr(clsr_gates, "gate_statistics", gates(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C is an interruption, not a failure
+        train_runner.execute(run, data, str(tmp_path / "runs"))
+    monkeypatch.setattr(clsr_gates, "gate_statistics", gates(ValueError("no CLSR units")))
+    with pytest.raises(ValueError, match="failed with exit code 2"):
+        train_runner.execute(run, data, str(tmp_path / "runs"))
+    stats = {"budget": 0.3, "open_rate": 0.5, "sublayers": ["enc1.ffn"], "mean_gate": {"enc1.ffn": 0.5}}
+    monkeypatch.setattr(clsr_gates, "gate_statistics", gates(stats))
+    train_runner.execute(run, data, str(tmp_path / "runs"))
+    assert len(calls) == 3
+    assert json.loads((tmp_path / "runs" / "clsr-p0.3" / "gates" / "gates.json").read_text()) == stats
+    train_runner.execute(run, data, str(tmp_path / "runs"))  # analysed this checkpoint already
+    assert len(calls) == 3
+
+
+def test_every_recipe_analysis_names_its_output():
+    for paper in ep.PAPERS.values():
+        for exp in paper.experiments:
+            for method in exp.methods:
+                for cmd in method.after:
+                    assert cmd.split()[2] in train_runner.ANALYSIS_OUTPUTS, cmd
+
+
+# ----------------------------------------------------------------------------- 3. outputs
+def _results(path, bleu):
+    path.write_text(json.dumps({"directions": {"en-xx": {"bleu": bleu, "chrf": 40.0, "train_size": 100,
+                                                         "group": "low", "n": 3}}}))
+    return str(path)
+
+
+def test_compare_refuses_outputs_it_must_not_or_cannot_write(tmp_path, capsys):
+    a, b = _results(tmp_path / "a.json", 10.0), _results(tmp_path / "b.json", 12.0)
+    before = open(a).read()
+    for flags, problem in ((["--out-json", a], f"--out-json {a} would overwrite an input"),
+                           (["--out-md", b], f"--out-md {b} would overwrite an input"),
+                           (["--out-md", str(tmp_path)], f"--out-md {tmp_path} is a directory"),
+                           (["--out-json", str(tmp_path / "c"), "--out-md", str(tmp_path / "c")],
+                            f"--out-md {tmp_path / 'c'} would overwrite")):
+        assert langshare(["compare", f"base={a}", f"m={b}", "--baseline", "base", *flags]) == 2, flags
+        captured = capsys.readouterr()
+        assert problem in captured.err and captured.err.count("\n") == 1 and captured.out == "", captured.err
+    assert open(a).read() == before and not (tmp_path / "c").exists()
+    assert langshare(["compare", f"base={a}", f"m={b}", "--out-md", str(tmp_path / "c.md")]) == 0
+    assert "| en-xx |" in (tmp_path / "c.md").read_text()
+
+
+def test_head_to_head_outputs_are_checked_before_any_training(tmp_path):
+    ok = dict(out_json=str(tmp_path / "h.json"), out_md=str(tmp_path / "results.md"), figure=str(tmp_path / "h.png"))
+    head_to_head_report.check_outputs(**ok)
+    head_to_head_report.check_outputs(**dict(ok, out_md=None, figure=None))
+    for key, flag in (("out_json", "--out-json"), ("out_md", "--out-md"), ("figure", "--figure")):
+        with pytest.raises(ValueError, match=f"^{flag} {tmp_path} is a directory; pass a file name$"):
+            head_to_head_report.check_outputs(**dict(ok, **{key: str(tmp_path)}))
+    with pytest.raises(ValueError, match="--figure .* would overwrite"):
+        head_to_head_report.check_outputs(**dict(ok, figure=ok["out_json"]))
+    # the head-to-head checks them before it plans any training (even a dry run)
+    from fairseq_langshare.recipes.head_to_head import head_to_head
+
+    with pytest.raises(ValueError, match="^--out-json .* is a directory"):
+        head_to_head(dry_run=True, runs_dir=str(tmp_path / "runs"), **dict(ok, out_json=str(tmp_path)), stream=io.StringIO())
+
+
+# ----------------------------------------------------------------------------- 4. Figure 6
+def test_lsscore_ranks_languages_by_training_size(tmp_path, monkeypatch):
+    gates = []
+    for p in (0.1, 0.3):
+        gates.append(str(tmp_path / f"g{p}.json"))
+        with open(gates[-1], "w") as f:
+            json.dump({"budget": p, "sublayers": ["enc1.ffn"], "mean_gate": {"enc1.ffn": p + .1},
+                       "mean_gate_per_language": {"enc1.ffn": {"de": .2, "fr": .3, "zh": .4}}}, f)
+    seen = []
+    save = clsr_gates.save_figure_atomic
+
+    def capture(fig, path):
+        if "heatmap" in str(path):
+            seen.append([t.get_text() for t in fig.axes[0].get_xticklabels()])
+        return save(fig, path)
+
+    monkeypatch.setattr(clsr_gates, "save_figure_atomic", capture)
+    manifest = {"corpus": "opus100", "languages": ["de", "fr", "zh"],  # as prepare-corpus writes it
+                "train_pairs_per_language": {"de": 1000, "fr": 1000000, "zh": 50000}}
+    for m in (manifest, {"languages": ["zh", "de", "fr"]}):  # without sizes: the manifest's order
+        (tmp_path / "manifest.json").write_text(json.dumps(m))
+        assert langshare(["analyze", "clsr-lsscore", *gates, "--manifest", str(tmp_path / "manifest.json"),
+                          "--out", str(tmp_path / "out")]) == 0
+    assert seen == [["fr", "zh", "de"], ["zh", "de", "fr"]]
