@@ -6,11 +6,20 @@ projection (W^shared is fairseq's ``out_proj``); for the FFN it sits on top of `
 gate reads the sub-layer input (the residual stream in the post-norm Transformer of Eq. 2).
 The budget term of Eq. 6, |sum of gates / number of gate decisions - p|, is reported to the
 criterion. Variants (Tables 1 and 7) are one flag, ``--clsr-variant``.
+
+``export_state_dict`` (``langshare export``) writes a language pair's network when every gate is
+fixed (``shared``, ``language``, ``top-bottom``, ``dedicated``): each unit is then one linear map, so
+the pair's network is a plain fairseq ``transformer``. A shared unit is W^shared (an attention
+unit's ``out_proj``; folded into ``fc2`` for an FFN unit), a language unit the pair's W^lang of its
+stack's side. Learned or soft gates pick per token, and ``ls-encoder-output`` projects the encoder
+output: those are refused in one line.
 """
 
+import dataclasses
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import List, Optional
 
 import torch
@@ -280,6 +289,12 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
             raise ValueError("--clsr-variant dedicated needs --clsr-dedicated (e.g. the list `langshare analyze clsr` prints)")
         return super().build_encoder(cfg, src_dict, embed_tokens)
 
+    @classmethod
+    def export_state_dict(cls, state_dict, model_cfg, src_id: int, tgt_id: int):
+        """The pair (src_id, tgt_id)'s network under fairseq ``transformer`` names, and the
+        model-config changes (None deletes a key): see ``export_fixed_gates``."""
+        return export_fixed_gates(state_dict, model_cfg, src_id, tgt_id)
+
     def effective_parameters(self, src_lang_id: int, tgt_lang_id: int) -> int:
         """Parameters one sentence of the pair can touch: all but other languages' W^lang."""
         total = sum(p.numel() for p in self.parameters())
@@ -319,6 +334,95 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         for u in learned:
             u.reset_gate_record()
         return super().auxiliary_outputs()
+
+
+# --- langshare export ---------------------------------------------------------------------------
+
+CLSR_FIELDS = tuple(sorted({f.name for f in dataclasses.fields(ClsrTransformerConfig)}
+                           - {f.name for f in dataclasses.fields(TransformerConfig)}))
+# a unit's state-dict prefix: the attention output projections and fc2, each holding ``shared``
+_UNIT_KEY = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(self_attn\.out_proj|encoder_attn\.out_proj|fc2)\.shared\.weight$")
+_UNIT_KIND = {"self_attn.out_proj": "self_attn", "encoder_attn.out_proj": "cross_attn", "fc2": "ffn"}
+_DECODE_FULL = "decode the checkpoint with fairseq-generate --user-dir fairseq_langshare"
+_NO_EXPORT = {
+    "clsr": "CLSR with learned gates picks W^shared or W^lang token by token",
+    "gate": "CLSR with soft gates (--clsr-variant gate) mixes W^shared and W^lang token by token",
+    "ls-encoder-output": "CLSR --clsr-variant ls-encoder-output projects the encoder output by language",
+}
+
+
+def _stack_depth(state_dict, stack: str) -> int:
+    layers = [int(m.group(1)) for m in (re.match(rf"^{stack}\.layers\.(\d+)\.", k) for k in state_dict) if m]
+    return max(layers) + 1 if layers else 0
+
+
+def export_fixed_gates(state_dict, model_cfg, src_id: int, tgt_id: int):
+    """A CLSR model with fixed gates as a plain transformer for one pair. Per unit (Eq. 3 with
+    g = 0 or 1), with W^lang the pair's matrix of the stack's side language (applied as
+    ``h @ W^lang``, so the linear weight is its transpose):
+
+    - shared attention unit: ``out_proj`` = W^shared with its bias;
+    - language attention unit: ``out_proj.weight`` = W^lang^T, bias 0;
+    - shared FFN unit: ``fc2`` = W^shared W_fc2, bias W^shared b_fc2 + b^shared;
+    - language FFN unit: ``fc2`` = W^lang^T W_fc2, bias W^lang^T b_fc2.
+
+    Products are taken in float64 and stored in the weights' dtype. The W^lang banks
+    (``lang_proj`` or a unit's own ``projections``), schedule horizons and the language inventory
+    are dropped, and so are the ``clsr_*`` options."""
+    from ..export import ExportError  # not at import time: export imports the task, the task the models
+
+    variant = str(getattr(model_cfg, "clsr_variant", "clsr"))
+    if variant in _NO_EXPORT:
+        raise ExportError(f"{_NO_EXPORT[variant]} and has no plain-transformer export: {_DECODE_FULL}")
+    depth = {"encoder": _stack_depth(state_dict, "encoder"), "decoder": _stack_depth(state_dict, "decoder")}
+    dedicated = getattr(model_cfg, "clsr_dedicated", "") or ""
+    modes_cfg = SimpleNamespace(clsr_variant=variant, clsr_dedicated_set=set(
+        parse_sublayers(str(dedicated), depth["encoder"], depth["decoder"]) if variant == "dedicated" else ()))
+    lang_of = {"src": src_id, "tgt": tgt_id}
+    side = {"encoder": str(getattr(model_cfg, "clsr_encoder_lang", "src")),
+            "decoder": str(getattr(model_cfg, "clsr_decoder_lang", "tgt"))}
+
+    out, unit_prefixes = {}, []
+    for key in state_dict:
+        m = _UNIT_KEY.match(key)
+        if m is None:
+            continue
+        stack, index, path = m.group(1), int(m.group(2)), m.group(3)
+        prefix = key[: -len(".shared.weight")]
+        unit_prefixes.append(prefix)
+        name = f"{stack[:3]}{index + 1}.{_UNIT_KIND[path]}"
+        mode = gate_mode(modes_cfg, name, index + 1, depth[stack])
+        if f"{prefix}.gate.w1" in state_dict or mode not in ("shared", "language"):
+            raise ExportError(f"{_NO_EXPORT['clsr']} ({name}) and has no plain-transformer export: {_DECODE_FULL}")
+        shared_w = state_dict[f"{prefix}.shared.weight"]
+        shared_b = state_dict.get(f"{prefix}.shared.bias")
+        dtype = shared_w.dtype
+        if mode == "language":
+            bank = state_dict.get(f"{prefix}.projections.weight")
+            if bank is None:
+                bank = state_dict[f"{stack}.lang_proj.weight"]
+            weight, bias = bank[lang_of[side[stack]]].double().t(), None  # h @ W^lang = F.linear(h, W^lang^T)
+        else:
+            weight, bias = shared_w.double(), None if shared_b is None else shared_b.double()
+        pre_w = state_dict.get(f"{prefix}.pre.weight")
+        if pre_w is not None:  # FFN: the unit's map after fc2, folded into fc2
+            pre_b = state_dict.get(f"{prefix}.pre.bias")
+            if pre_b is not None:
+                fc2_b = weight @ pre_b.double()
+                bias = fc2_b if bias is None else fc2_b + bias
+            weight = weight @ pre_w.double()
+        if bias is None and (shared_b is not None or pre_w is not None):
+            bias = weight.new_zeros(weight.size(0))  # the plain projection has a bias: 0 here
+        out[f"{prefix}.weight"] = weight.to(dtype)
+        if bias is not None:
+            out[f"{prefix}.bias"] = bias.to(dtype)
+
+    drop = ("lang_inventory", "encoder.lang_proj.weight", "decoder.lang_proj.weight")
+    for key, value in state_dict.items():
+        if key in drop or key.endswith(".schedule_horizons") or any(key.startswith(p + ".") for p in unit_prefixes):
+            continue
+        out[key] = value
+    return out, {name: None for name in CLSR_FIELDS}
 
 
 @register_model_architecture("clsr_transformer", "clsr_transformer")
