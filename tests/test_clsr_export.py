@@ -14,8 +14,6 @@ from fairseq.sequence_generator import SequenceGenerator
 from fairseq_langshare.cli import main as langshare
 from fairseq_langshare.export import ExportError, export_pair
 from fairseq_langshare.modules.clsr import ClsrUnit
-from test_deploy_ctranslate2 import LANGS as SPM_LANGS, PAIRS as SPM_PAIRS
-from test_deploy_ctranslate2 import needs_ctranslate2, raw, save_untrained, spm_corpus  # noqa: F401 (a fixture)
 from test_language_aware_model import collate
 from test_lsl import save_checkpoint
 from tiny_corpus import build_task_and_model
@@ -149,33 +147,3 @@ def test_learned_gates_are_refused_in_one_line(corpus, tmp_path, capsys, flags, 
     err = capsys.readouterr().err.strip()
     assert err.startswith("langshare export: error: ") and "\n" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clsr.pt"]
-
-
-@needs_ctranslate2
-def test_fixed_gate_export_converts_to_ctranslate2_and_scores_like_the_full_model(spm_corpus, tmp_path):
-    """The exported pair is a plain transformer, so `langshare export --format ctranslate2` takes it:
-    forced-decoding log-probabilities equal the full CLSR model's (as for the other plain exports)."""
-    from fairseq_langshare.deploy.ctranslate2_export import export_ctranslate2
-    from fairseq_langshare.deploy.translate import PairTranslator
-
-    corpus = {"bin": spm_corpus / "bin", "langs": SPM_LANGS, "pairs": SPM_PAIRS}
-    task, model, args = build_task_and_model(corpus, arch="clsr_transformer_tiny", extra=[
-        "--share-all-embeddings", "--max-update", "10", "--clsr-encoder-lang", "tgt", "--clsr-variant", "dedicated",
-        "--clsr-dedicated", "enc1.ffn,dec2.cross_attn,dec1.self_attn"])
-    model.eval()
-    ckpt = save_untrained(model, args, tmp_path / "model.pt")
-    export_ctranslate2(ckpt, "en", "fr", tmp_path / "ct2", verbose=False)
-    translator = PairTranslator(tmp_path / "ct2")
-    d = task.source_dictionary
-    src_id, tgt_id = SPM_LANGS.index("en"), SPM_LANGS.index("fr")
-    for source, target in list(zip(raw(spm_corpus, "en-fr", "en"), raw(spm_corpus, "en-fr", "fr")))[:4]:
-        src_pieces, tgt_pieces = translator.encode(source), translator.spm.encode(target, out_type=str)
-        src = torch.tensor([[d.index(p) for p in src_pieces] + [d.eos()]])
-        tgt = [d.index(p) for p in tgt_pieces] + [d.eos()]
-        with torch.no_grad():
-            logits = model(src_tokens=src, src_lengths=torch.tensor([src.size(1)]),
-                           prev_output_tokens=torch.tensor([[d.eos()] + tgt[:-1]]),
-                           src_lang_id=torch.tensor([src_id]), tgt_lang_id=torch.tensor([tgt_id]))[0]
-        expected = torch.log_softmax(logits[0].double(), -1)[torch.arange(len(tgt)), torch.tensor(tgt)]
-        got = torch.tensor(translator.translator.score_batch([src_pieces], [tgt_pieces])[0].log_probs, dtype=torch.double)
-        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)

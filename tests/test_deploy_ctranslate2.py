@@ -205,6 +205,8 @@ PLAIN_EXPORTS = {
     "latent_depth": ("latent_depth_transformer_tiny", []),
     "adaptive_sparse_ffn_layer": ("adaptive_sparse_transformer_tiny", ["--sparse-types", "ffn,layer", "--sparse-t-bar", "4"]),
     "multistack": ("langshare_multistack_transformer_tiny", ["--multi-encoder", "src-lang", "--multi-decoder", "tgt-lang"]),
+    "clsr_dedicated": ("clsr_transformer_tiny", ["--max-update", "10", "--clsr-encoder-lang", "tgt", "--clsr-variant",
+                                                 "dedicated", "--clsr-dedicated", "enc1.ffn,dec2.cross_attn,dec1.self_attn"]),
 }
 
 
