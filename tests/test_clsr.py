@@ -196,6 +196,10 @@ def test_bad_options_are_clear_errors(corpus):
     for flag in ("--checkpoint-activations", "--offload-activations"):
         with pytest.raises(ValueError, match=f"^{flag} re-runs layers .*: drop {flag}$"):
             build(corpus, flag)
+    # refused when a training run starts; a checkpoint saved with them still loads for decoding
+    task, _, args = build_task_and_model(corpus, arch="clsr_transformer_tiny", extra=["--max-update", "10"])
+    args.clsr_dedicated, args.checkpoint_activations = "enc1.ffn", True
+    task.build_model(args, from_checkpoint=True)
 
 
 def test_lsscore_is_eq7_and_dedicated_takes_positive_sublayers():

@@ -263,15 +263,6 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         budget = float(getattr(args, "clsr_budget", 0.3))
         if not 0.0 <= budget <= 1.0:
             raise ValueError(f"--clsr-budget {budget} is outside [0, 1]: p is the share of open gates")
-        dedicated, variant = getattr(args, "clsr_dedicated", ""), str(getattr(args, "clsr_variant", "clsr"))
-        if dedicated and variant != "dedicated":
-            raise ValueError(f"--clsr-dedicated {dedicated} needs --clsr-variant dedicated (it is --clsr-variant "
-                             f"{variant}, which ignores the list)")
-        for flag in ("offload_activations", "checkpoint_activations"):  # offloading implies checkpointing
-            if getattr(args, flag, False):  # fairseq wraps its own layers only; and the ids would be unbound
-                option = "--" + flag.replace("_", "-")
-                raise ValueError(f"{option} re-runs layers in the backward pass, when no language ids are bound, "
-                                 f"so CLSR units cannot use it: drop {option}")
         given = [] if getattr(args, "clsr_noise_ramp_updates", 0) in (0, None) else ["--clsr-noise-ramp-updates"]
         if not given:
             # alpha grows over the whole run (the authors' setting); without --max-update the
@@ -288,6 +279,19 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         if str(cfg.clsr_variant) == "dedicated" and not cfg.clsr_dedicated_set:
             raise ValueError("--clsr-variant dedicated needs --clsr-dedicated (e.g. the list `langshare analyze clsr` prints)")
         return super().build_encoder(cfg, src_dict, embed_tokens)
+
+    def check_training_run(self, args) -> None:
+        """Options a training run would otherwise ignore (called by the task when a run starts, not
+        when a checkpoint is decoded, so checkpoints saved with them still load)."""
+        dedicated, variant = getattr(args, "clsr_dedicated", ""), str(getattr(args, "clsr_variant", "clsr"))
+        if dedicated and variant != "dedicated":
+            raise ValueError(f"--clsr-dedicated {dedicated} needs --clsr-variant dedicated (it is --clsr-variant "
+                             f"{variant}, which ignores the list)")
+        for flag in ("offload_activations", "checkpoint_activations"):  # offloading implies checkpointing
+            if getattr(args, flag, False):  # fairseq wraps its own layers only; and the ids would be unbound
+                option = "--" + flag.replace("_", "-")
+                raise ValueError(f"{option} re-runs layers in the backward pass, when no language ids are bound, "
+                                 f"so CLSR units cannot use it: drop {option}")
 
     @classmethod
     def export_state_dict(cls, state_dict, model_cfg, src_id: int, tgt_id: int):
