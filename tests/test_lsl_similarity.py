@@ -45,3 +45,20 @@ def test_copies_compared_on_the_same_inputs(corpus, tmp_path, one_thread):
     torch.save(state, tmp_path / "same.pt")
     same = analysis.lsl_similarity.copy_similarity(str(tmp_path / "same.pt"))
     assert same["layers"][0]["cka"][0][1] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("component", ["ffn", "attention"])
+def test_partial_lsls_are_named_not_called_missing(corpus, tmp_path, component):
+    """An LS-FFN / LS-ATTENTION checkpoint has language-specific encoder layers: the one-line refusal
+    says what it compares instead of telling the user to train with --lsl-encoder-layers."""
+    from fairseq_langshare.analysis.lsl_similarity import copy_similarity
+
+    save = tmp_path / "ckpt"
+    train(task_args(corpus) + ["--arch", "lsl_transformer_tiny", "--encoder-layers", "2", "--lsl-encoder-layers",
+                               "TGT={2}", "--lsl-component", component, "--optimizer", "adam", "--lr", "0.005",
+                               "--max-tokens", "500", "--max-update", "1", "--cpu", "--save-dir", str(save),
+                               "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0"])
+    ckpt = save / "checkpoint_last.pt"
+    with pytest.raises(ValueError, match=f"--lsl-component {component}") as err:
+        copy_similarity(str(ckpt))
+    assert "\n" not in str(err.value) and "trained with --lsl-encoder-layers" not in str(err.value)

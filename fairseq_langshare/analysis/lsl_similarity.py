@@ -18,7 +18,7 @@ from typing import Dict, Optional
 import torch
 
 from ..atomic_files import save_figure_atomic, write_json_atomic
-from ..modules.language_specific_layer import LanguageSpecificEncoderLayer
+from ..modules.language_specific_layer import LanguageSpecificEncoderLayer, PartialLanguageSpecificEncoderLayer
 from .figures import new_figure
 
 __all__ = ["linear_cka", "copy_similarity", "plot_similarity", "analyze", "add_analysis"]
@@ -44,6 +44,12 @@ def copy_similarity(checkpoint: str, data: Optional[str] = None, split: str = "t
     model = models[0].eval()
     layers = {i: layer for i, layer in enumerate(model.encoder.layers) if isinstance(layer, LanguageSpecificEncoderLayer)}
     if not layers:
+        partial = {layer.component for layer in model.encoder.layers
+                   if isinstance(layer, PartialLanguageSpecificEncoderLayer)}
+        if partial:
+            raise ValueError(f"{checkpoint}'s language-specific encoder layers are --lsl-component {partial.pop()} "
+                             "(one block per language, the rest shared): lsl-similarity compares whole-layer copies "
+                             "(--lsl-component layer) and has nothing to compare here")
         raise ValueError(f"{checkpoint} has no language-specific encoder layer: analyse an lsl_transformer trained "
                          "with --lsl-encoder-layers (a --lsl-search model: `langshare analyze lsl`)")
     inputs = {i: [] for i in layers}
