@@ -54,6 +54,23 @@ def _win(mine, base, directions, metric):
     return {"value": wins / len(common), "wins": wins, "directions": len(common)}
 
 
+def _bleu_signature(row):
+    """A BLEU signature without its sacrebleu version (the same tokenization scores the same)."""
+    sig = (row or {}).get("bleu_signature")
+    return sig and "|".join(f for f in sig.split("|") if not f.startswith("version:"))
+
+
+def check_same_bleu_signatures(runs, directions):
+    """Refuse runs whose BLEU of a direction was computed with another signature (tokenization...)."""
+    for d in directions:
+        sigs = OrderedDict((_bleu_signature(res["directions"].get(d)), name) for name, res in runs)
+        sigs.pop(None, None)
+        if len(sigs) > 1:
+            (a, x), (b, y) = list(sigs.items())[:2]
+            raise EvaluationError(f"direction {d}: {x} was scored with BLEU signature {a} but {y} with {b}; "
+                                  f"evaluate both again with the same --bleu-tokenize")
+
+
 def _significance(base_seeds, seeds, directions, n_samples):
     """compare_to_baseline on the directions both systems have hypotheses for, or a note why not."""
     have = [d for d in directions if all(d in (r.get("hypotheses") or {}) for r in base_seeds + seeds)]
@@ -79,11 +96,19 @@ def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, me
     Directions are those of the first run."""
     if not runs:
         raise EvaluationError("nothing to compare: give at least one results JSON")
+    if n_samples < 1:  # sacrebleu would silently use its default
+        raise EvaluationError(f"--bootstrap-samples {n_samples}: pass at least 1 (the default is "
+                              f"{significance.DEFAULT_SAMPLES})")
     systems = group_systems(runs)
     if baseline is not None and baseline not in systems:
         raise EvaluationError(f"--baseline {baseline!r} is not one of the runs ({', '.join(systems)}); name one of them")
+    for name, seeds in systems.items():  # seed k is paired with the baseline's seed k
+        if baseline is not None and len(seeds) != len(systems[baseline]):
+            raise EvaluationError(f"{name} has {len(seeds)} seeds but the baseline {baseline} has "
+                                  f"{len(systems[baseline])}: pass the same seeds for every system")
     first = runs[0][1]["directions"]
     directions = list(first)
+    check_same_bleu_signatures(runs, directions)
     out = {"baseline": baseline, "metrics": list(metrics),
            "directions": {d: {k: first[d].get(k) for k in ("train_size", "group", "n")} for d in directions},
            "systems": OrderedDict()}
@@ -122,7 +147,7 @@ def _test(entry, direction, metric):
 
 
 def _marked(cell, test):
-    return cell + (" †" if test is not None and test["p_value"] < ALPHA else "")
+    return cell + (" †" if test is not None and test["p_value"] is not None and test["p_value"] < ALPHA else "")
 
 
 def comparison_markdown(cmp: Dict) -> str:
@@ -136,7 +161,9 @@ def comparison_markdown(cmp: Dict) -> str:
         if all(row[metric]["mean"] is None for e in cmp["systems"].values() for row in e["directions"].values()):
             lines += [f"{label}: not in any of the results (spBLEU needs its model on disk; see evaluate)", ""]
             continue
-        note = f" (mean ± std over {max(seeds.values())} seeds)" if max(seeds.values()) > 1 else ""
+        counts = set(seeds.values())
+        note = (f" (mean ± std over {max(counts)} seeds)" if counts != {1} else "") if len(counts) == 1 else (
+            " (mean ± std over seeds: " + ", ".join(f"{n} {k}" for n, k in seeds.items()) + ")")
         if baseline is not None and any(_test(e, None, metric) for e in cmp["systems"].values()):
             note += f"; † p < {ALPHA} against {baseline} (paired bootstrap" + (
                 ", seeds concatenated)" if max(seeds.values()) > 1 else ")")
@@ -159,7 +186,7 @@ def comparison_markdown(cmp: Dict) -> str:
             pooled = [_test(e, None, metric) for e in cmp["systems"].values()]
             if any(pooled):
                 lines.append("| p, all directions pooled |  |  |  | "
-                             + " | ".join("-" if t is None else f"{t['p_value']:.3f}" for t in pooled) + " |")
+                             + " | ".join("-" if t is None else significance.format_p(t["p_value"]) for t in pooled) + " |")
         lines.append("")
         lines += _significance_table(cmp, metric)
     notes = {e["significance"]["note"] for e in cmp["systems"].values() if "note" in (e.get("significance") or {})}
@@ -188,8 +215,8 @@ def _significance_table(cmp, metric):
                 continue
             row = e["significance"]["pooled"] if d is None else e["significance"]["directions"][d]
             per_seed = row[metric]["per_seed"]
-            seeds = " [" + ", ".join("%.3f" % s["p_value"] for s in per_seed) + "]" if len(per_seed) > 1 else ""
-            cells.append(f"{t['delta']:+.2f}, p {t['p_value']:.3f}, {t['system_mean']:.2f} ± {t['system_ci']:.2f}{seeds}")
+            seeds = " [" + ", ".join(significance.format_p(s["p_value"]) for s in per_seed) + "]" if len(per_seed) > 1 else ""
+            cells.append(f"{t['delta']:+.2f}, p {significance.format_p(t['p_value'])}, {t['system_mean']:.2f} ± {t['system_ci']:.2f}{seeds}")
         lines.append(f"| {d or 'all (pooled)'} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -200,11 +227,20 @@ def compare_markdown(runs, baseline=None, metrics=("bleu", "chrf"), test=True):
 
 
 # ----------------------------------------------------------------------------- CLI
+def split_item(item: str) -> Tuple[Optional[str], str]:
+    """(NAME, PATH) of a ``compare`` argument: an existing file is a path (no name), else
+    NAME=PATH split at the first "=" (so a path may hold "=", a name may not)."""
+    if os.path.isfile(item) or "=" not in item:
+        return None, item
+    name, _, path = item.partition("=")
+    return name, path
+
+
 def read_runs(items: Sequence[str]) -> List[Tuple[str, dict]]:
     """NAME=RESULTS.json (or a path, named by its file name) -> [(name, results)]."""
     runs = []
     for item in items:
-        name, _, path = item.rpartition("=") if "=" in item else (None, None, item)
+        name, path = split_item(item)
         name = name or os.path.splitext(os.path.basename(path))[0]
         if not os.path.isfile(path):
             raise EvaluationError(f"results JSON not found: {path} (write one with `langshare evaluate --out-json`)")
@@ -218,7 +254,7 @@ def read_runs(items: Sequence[str]) -> List[Tuple[str, dict]]:
 
 
 def _run(args):
-    inputs = [item.rpartition("=")[2] for item in args.results]
+    inputs = [split_item(item)[1] for item in args.results]
     for flag, path, others in (("--out-json", args.out_json, []), ("--out-md", args.out_md, [args.out_json])):
         if path:  # fail now, not after the tests
             check_writable(path, flag, inputs=[*inputs, *others])
@@ -245,13 +281,14 @@ def add_subcommand(subparsers):
                     "seeds when a name is given several times), each system's win ratio against the baseline (seed "
                     "means) and sacrebleu's paired bootstrap test against it per direction and pooled.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    c.add_argument("results", nargs="+", help="NAME=RESULTS.json (from `langshare evaluate --out-json`), or a path "
-                                              "(named by its file name); repeat a NAME for its other seeds")
+    c.add_argument("results", nargs="+", help="NAME=RESULTS.json (from `langshare evaluate --out-json`; split at the "
+                                              "first '='), or a path (named by its file name); repeat a NAME for "
+                                              "its other seeds, the same number for every system")
     c.add_argument("--baseline", default=None, help="NAME of the system the win ratios and tests are against")
     c.add_argument("--metrics", default="bleu,chrf", help="comma-separated metrics: bleu, chrf, spbleu")
     c.add_argument("--no-significance", action="store_true", help="skip the paired bootstrap tests")
     c.add_argument("--bootstrap-samples", type=int, default=significance.DEFAULT_SAMPLES,
-                   help="paired bootstrap resamples per test")
+                   help="paired bootstrap resamples per test (at least 1)")
     c.add_argument("--out-json", default=None, help="write the comparison (means, stds, tests) as JSON here")
     c.add_argument("--out-md", default=None, help="write the markdown tables here")
     c.set_defaults(func=_run)

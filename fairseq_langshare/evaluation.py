@@ -272,6 +272,7 @@ def to_markdown(results):
 def significance_markdown(sig):
     """Lines of a single-seed significance table (``baseline_significance``): delta, p-value and
     the 95% confidence interval of this run's score, per direction and pooled."""
+    from .significance import format_p  # at call time, as baseline_significance imports it
     if not sig:
         return []
     if "note" in sig:
@@ -285,7 +286,7 @@ def significance_markdown(sig):
         cells = []
         for m in metrics:
             t = row[m]["seeds_concatenated"]
-            cells += [f"{t['delta']:+.2f}", f"{t['p_value']:.3f}", f"{t['system_mean']:.2f} +- {t['system_ci']:.2f}"]
+            cells += [f"{t['delta']:+.2f}", format_p(t["p_value"]), f"{t['system_mean']:.2f} +- {t['system_ci']:.2f}"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
