@@ -162,8 +162,12 @@ def comparison_markdown(cmp: Dict) -> str:
             lines += [f"{label}: not in any of the results (spBLEU needs its model on disk; see evaluate)", ""]
             continue
         counts = set(seeds.values())
-        note = (f" (mean ± std over {max(counts)} seeds)" if counts != {1} else "") if len(counts) == 1 else (
-            " (mean ± std over seeds: " + ", ".join(f"{n} {k}" for n, k in seeds.items()) + ")")
+        if len(counts) > 1:  # only without a baseline: compare() refuses unequal seeds against one
+            note = " (mean ± std over seeds: " + ", ".join(f"{n} {k}" for n, k in seeds.items()) + ")"
+        elif counts != {1}:
+            note = f" (mean ± std over {counts.pop()} seeds)"
+        else:
+            note = ""
         if baseline is not None and any(_test(e, None, metric) for e in cmp["systems"].values()):
             note += f"; † p < {ALPHA} against {baseline} (paired bootstrap" + (
                 ", seeds concatenated)" if max(seeds.values()) > 1 else ")")
