@@ -290,10 +290,20 @@ def test_head_to_head_end_to_end_and_rerun(tmp_path, one_thread):
     kwargs = dict(models=["baseline", "lsl"], directions=["o2m"], seeds=[1], updates=30,
                   runs_dir=str(tmp_path / "runs"), corpora={"o2m": corpus}, jobs=2,
                   out_json=str(tmp_path / "h2h.json"), out_md=str(tmp_path / "results.md"),
-                  figure=str(tmp_path / "img" / "h2h.png"))
+                  figure=str(tmp_path / "img" / "h2h.png"), record_dir=str(tmp_path / "record"))
     out = io.StringIO()
     runs = head_to_head.head_to_head(stream=out, analyze=True, examples=1, **kwargs)
     assert all(r.status == "done" for r in runs), out.getvalue()
+    # each run recorded as it finished: scores, hypotheses, cost, flags, commit, machine; references once
+    from fairseq_langshare.recipes import head_to_head_record as record
+
+    lsl_record = record.load(str(tmp_path / "record" / "o2m" / "lsl" / "seed1.json.gz"))
+    assert lsl_record["model_flags"] == list(runs[1].model.argv("o2m")) and lsl_record["seed"] == 1
+    assert lsl_record["results"]["hypotheses"]["en-xx"] == json.load(open(runs[1].results))["hypotheses"]["en-xx"]
+    assert lsl_record["profile"]["parameters"]["total"] > 0 and lsl_record["validation"]["num_updates"] == 30
+    assert lsl_record["provenance"]["machine"]["cpu"] and lsl_record["wall_seconds"]["train"] > 0
+    refs = record.load(str(tmp_path / "record" / "o2m" / "references.json.gz"))
+    assert len(refs["en-xx"]["lines"]) == len(lsl_record["results"]["hypotheses"]["en-xx"])
     printed = out.getvalue()
     assert "win ratio vs baseline" in printed and "p, all directions pooled" in printed
     assert "-- en-xx (400 training pairs)" in printed and "  lsl        " in printed  # example translations

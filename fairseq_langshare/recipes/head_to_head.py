@@ -77,14 +77,16 @@ def print_plan(runs: List[Run], jobs: int, stream=None):
     print(f"\n# {len(todo)} runs to do: about {seconds / 3600:.1f} h on 2 otherwise idle cores, {jobs} at a time "
           f"(speeds: UPDATES_PER_SECOND in fairseq_langshare/recipes/head_to_head_runs.py; longer under load)",
           file=stream)
-    print("# train: " + shlex.join(["fairseq-train"] + train_argv(runs[0])), file=stream)
+    if runs[0].corpus.exists:
+        print("# train: " + shlex.join(["fairseq-train"] + train_argv(runs[0])), file=stream)
     return todo, measured
 
 
 def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), updates=DEFAULT_UPDATES,
                  runs_dir="runs/head_to_head", corpora=None, jobs=2, device="cpu", dry_run=False, imports=(),
                  out_json="docs/results/head_to_head.json", out_md="docs/results.md",
-                 figure="docs/img/head_to_head.png", analyze=False, examples=0, train_flags=(), stream=None):
+                 figure="docs/img/head_to_head.png", analyze=False, examples=0, train_flags=(), stream=None,
+                 record_dir=None):
     """Plan (and print), then train, evaluate, compare and report; with ``analyze``, run each
     method's analysis on its first seed; print ``examples`` translations per shown direction;
     ``train_flags``: fairseq-train flags of every run after the head-to-head's own (``make demo``'s
@@ -105,7 +107,7 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
     print_plan(runs, jobs, stream)
     if dry_run:
         return runs
-    failures = execute(runs, jobs, device, stream)
+    failures = execute(runs, jobs, device, stream, record_dir=record_dir)
     head_to_head_report.report(runs, out_json=out_json, out_md=out_md, figure=figure, stream=stream)
     if examples:
         head_to_head_report.print_examples(runs, examples, stream)
@@ -130,7 +132,8 @@ def _run(args):
                      seeds=[int(s) for s in args.seeds.split(",")], updates=args.updates, runs_dir=args.runs_dir,
                      corpora=corpora, jobs=args.jobs, device=args.device, dry_run=args.dry_run,
                      imports=args.import_run or (), out_json=args.out_json, out_md=args.out_md, figure=args.figure,
-                     analyze=args.analyze, examples=args.examples, train_flags=shlex.split(args.train_flags))
+                     analyze=args.analyze, examples=args.examples, train_flags=shlex.split(args.train_flags),
+                     record_dir=args.record_dir)
     except RuntimeError as error:
         print(f"langshare head-to-head: {error}", file=sys.stderr)
         return 1
@@ -173,5 +176,8 @@ def add_subcommand(subparsers):
     p.add_argument("--out-md", default="docs/results.md",
                    help="markdown file whose head-to-head section is (re)written")
     p.add_argument("--figure", default="docs/img/head_to_head.png", help="per-direction BLEU delta figure")
+    p.add_argument("--record-dir", default=None,
+                   help="write each run's record (scores, hypotheses, flags, cost, commit, machine) here as soon "
+                        "as it is evaluated, e.g. docs/results/head_to_head (docs/head_to_head.md, 'The record')")
     p.set_defaults(func=_run)
     return p

@@ -289,10 +289,17 @@ def evaluate(run: Run) -> None:
         raise RuntimeError(f"{run.name}: langshare evaluate failed; see {log}")
 
 
-def execute(runs: List[Run], jobs: int, device: str = "cpu", stream=None) -> List[str]:
-    """Train and evaluate every run not done, ``jobs`` at a time; returns the failures."""
+def execute(runs: List[Run], jobs: int, device: str = "cpu", stream=None, record_dir: Optional[str] = None) -> List[str]:
+    """Train and evaluate every run not done, ``jobs`` at a time; with ``record_dir``, write each
+    run's record there as soon as it is evaluated (``head_to_head_record``; also for runs done
+    earlier whose record is missing). Returns the failures."""
+    from . import head_to_head_record
+
     stream = stream or sys.stdout
-    todo = [r for r in runs if r.status != "done"]
+    def recorded(r):
+        return record_dir is None or os.path.isfile(head_to_head_record.run_path(record_dir, r.direction, r.model.name,
+                                                                                r.seed))
+    todo = [r for r in runs if r.status != "done" or not recorded(r)]
     failures = []
 
     def work(item):
@@ -301,8 +308,13 @@ def execute(runs: List[Run], jobs: int, device: str = "cpu", stream=None) -> Lis
         print(f"[{index}/{len(todo)}] {run.name}: {run.status}", file=stream, flush=True)
         try:
             train(run, device)
+            trained = time.time()
             evaluate(run)
-        except RuntimeError as error:
+            if record_dir is not None:
+                path = head_to_head_record.write_run(
+                    record_dir, run, {"train": trained - start, "evaluate": time.time() - trained})
+                print(f"[{index}/{len(todo)}] {run.name}: recorded in {path}", file=stream, flush=True)
+        except (RuntimeError, ValueError) as error:
             failures.append(str(error))
             print(f"[{index}/{len(todo)}] {run.name}: FAILED: {error}", file=stream, flush=True)
             return
