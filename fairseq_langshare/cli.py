@@ -6,7 +6,8 @@ Subcommands parse their flags and call one library function each:
 ``recipe`` (the papers' training and evaluation runs), ``head-to-head`` (every method at equal
 inference cost, several seeds, significance), ``analyze <method>`` (statistics, the papers'
 plots, derived architectures), ``export`` (one language pair's sub-network as a plain fairseq
-checkpoint or a CTranslate2 model) and ``translate`` (raw text through an exported CTranslate2 model).
+checkpoint, a CTranslate2 model or a transformers model) and ``translate`` (raw text through an
+exported CTranslate2 model).
 """
 
 import argparse
@@ -14,13 +15,14 @@ import logging
 import sys
 import warnings
 
-from . import analysis, comparison, evaluation, export
+from . import analysis, comparison, evaluation
 from .user_errors import message
 from .data import gettext_corpus
-from .deploy import translate
+from .deploy import export_command, translate
 from .recipes import corpora, experiments, head_to_head
 
-SUBCOMMANDS = (gettext_corpus, corpora, evaluation, comparison, experiments, head_to_head, analysis, export, translate)
+SUBCOMMANDS = (gettext_corpus, corpora, evaluation, comparison, experiments, head_to_head, analysis, export_command,
+               translate)
 
 
 def build_parser() -> argparse.ArgumentParser:
