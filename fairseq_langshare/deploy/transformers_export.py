@@ -4,18 +4,23 @@ The pair's weights are what ``export_pair`` writes, a plain fairseq ``transforme
 (``pair_export.plain_pair``). transformers holds fairseq's Transformer in two models, loaded with
 no custom code (no ``trust_remote_code``):
 
-* post-norm (fairseq's default) -> ``FSMTForConditionalGeneration``, transformers' port of
-  fairseq's WMT19 Transformer: post-norm layers, no final layer norms, fairseq's sinusoidal
-  positions from ``padding_idx + 1``, embeddings scaled by sqrt(d_model) unless
-  ``--no-scale-embedding``, separate encoder and decoder embeddings (tied when fairseq shared them);
-* pre-norm (``--encoder-normalize-before --decoder-normalize-before``) -> ``M2M100ForConditionalGeneration``,
-  fairseq's pre-norm Transformer with final encoder and decoder layer norms and the same positions.
+* pre-norm (``--encoder-normalize-before --decoder-normalize-before``) -> ``M2M100ForConditionalGeneration``:
+  fairseq's pre-norm Transformer with final encoder and decoder layer norms and fairseq's sinusoidal
+  positions, numbered from ``padding_idx + 1``; one embedding matrix for encoder and decoder.
+* post-norm (fairseq's default) -> ``MarianMTModel``: the same post-norm layers (BART's), no final
+  layer norms, separate or shared encoder/decoder embeddings and output projection. Marian numbers
+  positions from 0 and has its own sinusoid; it is given fairseq's table shifted by
+  ``padding_idx + 1``, which is exact for right-padded input (the tokenizer pads right). FSMT,
+  transformers' port of fairseq's post-norm WMT19 model, is not used: its decoder computes the
+  positions of cached steps wrongly (transformers 4.57 and 5.24: greedy outputs diverge after a few
+  tokens unless ``use_cache=False``).
 
-The weights keep fairseq's names under ``model.`` (both ports name layers as fairseq does); the
-M2M100 embedding is ``model.shared`` and its output projection ``lm_head``. As in transformers' own
-conversion scripts (``convert_fsmt_original_pytorch_checkpoint_to_pytorch.py``,
-``convert_m2m100_original_checkpoint_to_pytorch.py``). Every tensor each transformers version names
-is written (``model.safetensors``), so a directory written with transformers 4 loads in 5 and back.
+Embeddings are scaled by sqrt(d_model) unless ``--no-scale-embedding``. The layers keep fairseq's
+names under ``model.`` (both models name them as fairseq does), as in transformers' own conversion
+scripts (``convert_fsmt_original_pytorch_checkpoint_to_pytorch.py``,
+``convert_m2m100_original_checkpoint_to_pytorch.py``). Every tensor either transformers major
+version names is written (``model.safetensors``), so a directory written with transformers 4 loads in
+5 and back.
 
 The tokenizer (``tokenizer.json``, transformers' ``PreTrainedTokenizerFast``) is built here from the
 pair's SentencePiece model, with no download: SentencePiece's normaliser (its precompiled NFKC map,
@@ -52,7 +57,7 @@ from .pair_export import SPM_NAME, data_dir, find_spm, language_tokens, plain_pa
 __all__ = ["export_transformers", "require_transformers", "read_manifest", "TransformersExportError", "FORMAT"]
 
 FORMAT = "langshare-transformers"
-RUNTIME = "transformers' FSMT and M2M100 models"
+RUNTIME = "transformers' MarianMTModel and M2M100 models"
 INSTEAD = "export with --format fairseq and translate with fairseq-generate"
 # fairseq's activation functions (utils.get_activation_fn) by transformers' names (ACT2FN)
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_accurate": "gelu_new", "gelu_fast": "gelu_new",
@@ -90,12 +95,12 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _unsupported(model_cfg: Dict, weights: Dict[str, torch.Tensor]) -> List[str]:
-    """Why the plain fairseq pair network has no FSMT / M2M100 equivalent (empty: it has one)."""
+    """Why the plain fairseq pair network has no Marian / M2M100 equivalent (empty: it has one)."""
     get = model_cfg.get
     reasons = []
     pre = bool(get("encoder_normalize_before")), bool(get("decoder_normalize_before"))
     if pre[0] != pre[1]:
-        reasons.append("a pre-norm encoder with a post-norm decoder or the reverse (FSMT is post-norm on both "
+        reasons.append("a pre-norm encoder with a post-norm decoder or the reverse (Marian is post-norm on both "
                        "sides, M2M100 pre-norm on both)")
     if pre[0] and pre[1] and not ("encoder.layer_norm.weight" in weights and "decoder.layer_norm.weight" in weights):
         reasons.append("a pre-norm model without final layer norms (M2M100 has them)")
@@ -109,7 +114,7 @@ def _unsupported(model_cfg: Dict, weights: Dict[str, torch.Tensor]) -> List[str]
             reasons.append(why)
     dim = get("encoder_embed_dim")
     if len({dim, get("decoder_embed_dim"), get("decoder_input_dim") or dim, get("decoder_output_dim") or dim}) > 1:
-        reasons.append("encoder and decoder widths differ (FSMT and M2M100 have one d_model)")
+        reasons.append("encoder and decoder widths differ (Marian and M2M100 have one d_model)")
     if str(get("activation_fn") or "relu") not in ACTIVATIONS:
         reasons.append(f"--activation-fn {get('activation_fn')}")
     enc, dec = weights["encoder.embed_tokens.weight"], weights["decoder.embed_tokens.weight"]
@@ -221,10 +226,13 @@ def _spm_proto(spm_path: Path):
     return proto
 
 
-def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[str], eos: str):
+def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[str], eos: str, special: List[str]):
     """A ``tokenizers.Tokenizer`` that encodes like SentencePieceProcessor.encode(out_type=str)
-    followed by fairseq's dictionary lookup, and adds ``prefix`` and ``eos`` around the pieces."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    followed by fairseq's dictionary lookup, and adds ``prefix`` and ``eos`` around the pieces.
+    The dictionary's symbols SentencePiece never emits (``<s>``, ``</s>``, ``<unk>``, the language
+    tokens) are added tokens: their literal text in the input maps to them, as in every transformers
+    tokenizer (SentencePiece would cut it into pieces); ``special`` ones are dropped when decoding."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     proto = _spm_proto(spm_path)
     if proto.trainer_spec.model_type != 1:
@@ -254,8 +262,12 @@ def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[
         splits.append(pre_tokenizers.Split(Regex("|".join(map(_regex_escape, user_defined))), behavior="isolated"))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(splits)
     # fairseq's post_process(x, "sentencepiece"): x.replace(" ", "").replace("\u2581", " ").strip()
+    # (decoders.Strip would do for the ends, but panics on an empty output: tokenizers 0.22, 0.23)
     tokenizer.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.Fuse(),
-                                           decoders.Strip(content=" ", left=1 << 20, right=1 << 20)])
+                                           decoders.Replace(Regex(r"\A\s+|\s+\z"), "")])
+    others = [s for s in symbols if s not in normal]
+    tokenizer.add_special_tokens([AddedToken(s, normalized=False, special=True) for s in others if s in special])
+    tokenizer.add_tokens([AddedToken(s, normalized=False, special=False) for s in others if s not in special])
     ids = {s: i for i, s in enumerate(symbols)}
     template = " ".join(prefix + ["$A", eos])
     tokenizer.post_processor = processors.TemplateProcessing(
@@ -348,7 +360,10 @@ def export_transformers(checkpoint, src: str, tgt: str, out_dir, data=None, spm=
         _check_dictionary(src_dict, tgt_dict, weights, data, checkpoint)
         special = {"bos": src_dict.bos(), "pad": src_dict.pad(), "eos": src_dict.eos(), "unk": src_dict.unk()}
         eos_symbol = src_dict[special["eos"]]
-        tokenizer = _build_tokenizer(spm, list(src_dict.symbols), special["unk"], tokens["source_prefix"], eos_symbol)
+        special_symbols = [src_dict[special[k]] for k in ("bos", "pad", "eos")]
+        special_symbols += tokens["source_prefix"] + tokens["target_prefix"]
+        tokenizer = _build_tokenizer(spm, list(src_dict.symbols), special["unk"], tokens["source_prefix"], eos_symbol,
+                                     special_symbols)
         forced_bos = src_dict.index(tokens["target_prefix"][0]) if tokens["target_prefix"] else None
         model_type, config_values, hf_state = _hf_model(cfg["model"], weights, src, tgt, special)
 
