@@ -282,16 +282,20 @@ def _regex_escape(text: str) -> str:
     return re.escape(text)
 
 
-def _hf_tokenizer(tokenizer, dictionary, tokens: Dict[str, List[str]], max_positions: int):
-    from transformers import PreTrainedTokenizerFast
+def _write_tokenizer(tokenizer, directory: Path, dictionary, tokens: Dict[str, List[str]], max_positions: int) -> None:
+    """``tokenizer.json`` and a ``tokenizer_config.json`` that transformers 4 and 5 both read as a
+    ``PreTrainedTokenizerFast`` (what ``save_pretrained`` writes differs between them)."""
+    from ..atomic_files import write_json_atomic
 
-    pair_tokens = list(dict.fromkeys(tokens["source_prefix"] + tokens["target_prefix"]))
-    # <unk> is not declared special: skip_special_tokens keeps it, as fairseq prints it
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token=dictionary[dictionary.bos()], eos_token=dictionary[dictionary.eos()],
-        pad_token=dictionary[dictionary.pad()], additional_special_tokens=pair_tokens,
-        model_max_length=max_positions, clean_up_tokenization_spaces=False, padding_side="right",
-        model_input_names=["input_ids", "attention_mask"])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    write_json_atomic(directory / "tokenizer_config.json", {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": dictionary[dictionary.bos()], "eos_token": dictionary[dictionary.eos()],
+        "pad_token": dictionary[dictionary.pad()],  # <unk> is not declared: decoding keeps it, as fairseq prints it
+        "additional_special_tokens": list(dict.fromkeys(tokens["source_prefix"] + tokens["target_prefix"])),
+        "model_max_length": max_positions, "padding_side": "right", "clean_up_tokenization_spaces": False,
+        "model_input_names": ["input_ids", "attention_mask"],
+    })
 
 
 # --- the check before publishing --------------------------------------------------------------
@@ -377,7 +381,7 @@ def export_transformers(checkpoint, src: str, tgt: str, out_dir, data=None, spm=
         GenerationConfig(**_generation_config(special, forced_bos, max_target)).save_pretrained(str(staging))
         save_file(hf_state, str(staging / "model.safetensors"), metadata={"format": "pt"})
         max_source = int(cfg["model"].get("max_source_positions") or 1024)
-        _hf_tokenizer(tokenizer, src_dict, tokens, max_source).save_pretrained(str(staging))
+        _write_tokenizer(tokenizer, staging, src_dict, tokens, max_source)
         shutil.copyfile(spm, staging / SPM_NAME)
         probe = tokenizer.encode("The quick brown fox jumps over the lazy dog.").ids
         _check_written(staging, state, src_dict, probe, checkpoint)
