@@ -218,7 +218,9 @@ def test_train_flags_follow_the_head_to_heads_and_a_run_trained_with_other_flags
     with pytest.raises(ValueError, match="trained with --train-flags '\\(none\\)'"):
         plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, short)
     text = head_to_head_report.markdown({"generated": "today", "updates": 10, "evaluate_flags": ["--beam", "4"],
-                                         "train_flags": list(head_to_head_runs.TRAIN_FLAGS) + short, "directions": {}})
+                                         "train_flags": list(head_to_head_runs.TRAIN_FLAGS) + short, "directions": {},
+                                         "record": {"dir": "record", "command": "report"}, "baseline": "baseline",
+                                         "bootstrap": {"n_samples": 1000, "seed": "12345"}, "verdict_rule": "rule"})
     assert "`scripts/quality_lib.sh` with `--max-tokens 1024 --dropout 0 --save-interval-updates 5` after them" in text
 
 
@@ -252,31 +254,9 @@ def test_report_section_is_replaced_in_place_and_deltas_pair_seeds(tmp_path):
     runs = [_fake_run(tmp_path, "baseline", 1), _fake_run(tmp_path, "baseline", 2), _fake_run(tmp_path, "lsl", 2),
             _fake_run(tmp_path, "lsl", 3)]
     out = io.StringIO()
-    got = head_to_head_report.collect(runs, out)
+    got = head_to_head_report.collect_runs(runs, out)  # the runs --examples and --analyze show
     assert {m: [r.seed for r in rs] for m, rs in got["o2m"].items()} == {"baseline": [2], "lsl": [2]}
     assert "o2m/baseline/seed1, o2m/lsl/seed3" in out.getvalue()
-
-
-def test_reporting_one_direction_keeps_the_other_directions_block():
-    settings = {"updates": 2000, "train_flags": ["--lr", "0.002"], "evaluate_flags": ["--beam", "4"],
-                "baseline": "baseline"}
-    previous = {**settings, "generated": "2026-11-23", "seeds": [1, 2, 3],
-                "directions": {"o2m": {"seeds": [1, 2, 3], "models": {"baseline": "o2m entry"}}}}
-    today = {**settings, "generated": "2026-11-26", "seeds": [1],
-             "directions": {"m2o": {"generated": "2026-11-26", "seeds": [1], "models": {"baseline": "m2o entry"}}}}
-    out = io.StringIO()
-    merged = head_to_head_report.keep_other_directions(today, previous, out)
-    assert list(merged["directions"]) == ["o2m", "m2o"] and merged["seeds"] == [1, 2, 3]
-    assert merged["directions"]["o2m"]["models"] == {"baseline": "o2m entry"}
-    assert merged["directions"]["o2m"]["generated"] == "2026-11-23"  # when that block was reported
-    assert merged["directions"]["m2o"] == today["directions"]["m2o"] and out.getvalue() == ""
-    # a direction this run reports again replaces the previous block
-    again = head_to_head_report.keep_other_directions(
-        dict(today, directions={"o2m": {"seeds": [4], "models": {}}}), previous, out)
-    assert again["directions"] == {"o2m": {"seeds": [4], "models": {}}}
-    # runs of other settings are not comparable: left out, with a warning naming the direction
-    other = head_to_head_report.keep_other_directions(dict(today, updates=500), previous, out)
-    assert list(other["directions"]) == ["m2o"] and "o2m block" in out.getvalue()
 
 
 @pytest.mark.slow

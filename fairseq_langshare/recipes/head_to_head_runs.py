@@ -240,6 +240,44 @@ def equal_cost_problems(profiles: Dict[str, Dict]) -> List[str]:
     return problems
 
 
+FLOPS_TOLERANCE = 0.01  # FLOPs per sentence within 1% of the baseline's: equal inference cost
+
+
+def flops_per_sentence(prof: Dict) -> float:
+    """The measured FLOPs of one sentence, averaged over the language pairs of ``profile``."""
+    values = [p["flops"] for p in prof["inference"].values()]
+    return sum(values) / len(values)
+
+
+def inference_cost(profiles: Dict[str, List[Dict]], tolerance: float = FLOPS_TOLERANCE) -> Dict[str, Dict]:
+    """Per model, against the baseline's profile of the same seed (the lists are paired by
+    position): ``layers_and_widths``, what differs from the baseline's layers and widths (empty:
+    nothing); ``flops_ratio``, per seed, its FLOPs per sentence over the baseline's; ``equal``:
+    equal layers and widths and every ratio within ``tolerance`` of 1."""
+    out = {}
+    for name, seeds in profiles.items():
+        problems = []
+        for k, prof in enumerate(seeds):
+            problems += [p for p in equal_cost_problems({BASELINE: profiles[BASELINE][k], name: prof})
+                         if p not in problems]
+        ratios = [flops_per_sentence(prof) / flops_per_sentence(profiles[BASELINE][k]) for k, prof in enumerate(seeds)]
+        out[name] = {"layers_and_widths": problems, "flops_ratio": ratios,
+                     "equal": not problems and all(abs(r - 1) <= tolerance for r in ratios)}
+    return out
+
+
+def ratio_text(ratios: List[float]) -> str:
+    """FLOPs ratios to the baseline's as ``x1.15`` (``x1.05-1.15`` where the seeds differ)."""
+    low, high = f"{min(ratios):.2f}", f"{max(ratios):.2f}"
+    return f"x{low}" if low == high else f"x{low}-{high}"
+
+
+def percent_text(ratios: List[float]) -> str:
+    """The same ratios as ``+15.0%`` (``+5.0% to +15.0%``)."""
+    low, high = (f"{(r - 1) * 100:+.1f}%" for r in (min(ratios), max(ratios)))
+    return low if low == high else f"{low} to {high}"
+
+
 # ----------------------------------------------------------------------------- running
 def _environment():
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
