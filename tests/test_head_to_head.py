@@ -254,7 +254,7 @@ def test_report_section_is_replaced_in_place_and_deltas_pair_seeds(tmp_path):
     runs = [_fake_run(tmp_path, "baseline", 1), _fake_run(tmp_path, "baseline", 2), _fake_run(tmp_path, "lsl", 2),
             _fake_run(tmp_path, "lsl", 3)]
     out = io.StringIO()
-    got = head_to_head_report.collect_runs(runs, out)  # the runs --examples and --analyze show
+    got = head_to_head.collect_runs(runs, out)  # the runs --examples and --analyze show
     assert {m: [r.seed for r in rs] for m, rs in got["o2m"].items()} == {"baseline": [2], "lsl": [2]}
     assert "o2m/baseline/seed1, o2m/lsl/seed3" in out.getvalue()
 
@@ -262,15 +262,17 @@ def test_report_section_is_replaced_in_place_and_deltas_pair_seeds(tmp_path):
 @pytest.mark.slow
 def test_head_to_head_end_to_end_and_rerun(tmp_path, one_thread):
     """Two models, one seed, a few updates on a tiny SentencePiece corpus (what `make demo` does):
-    train two at a time, evaluate, compare with significance, write JSON, markdown and figure, print
-    translations, run the method's analysis; a re-run trains nothing."""
+    train two at a time, evaluate, record, compare with significance, write JSON, markdown, figure
+    and standings, print translations, run the method's analysis; --report-only makes the same
+    files from the record alone; a re-run trains nothing."""
     from test_evaluation import _build_tiny_corpus
 
     corpus = _corpus_files(_build_tiny_corpus(tmp_path / "corpus"), ["en-xx", "en-yy"])
     kwargs = dict(models=["baseline", "lsl"], directions=["o2m"], seeds=[1], updates=30,
                   runs_dir=str(tmp_path / "runs"), corpora={"o2m": corpus}, jobs=2,
                   out_json=str(tmp_path / "h2h.json"), out_md=str(tmp_path / "results.md"),
-                  figure=str(tmp_path / "img" / "h2h.png"), record_dir=str(tmp_path / "record"))
+                  figure=str(tmp_path / "img" / "h2h.png"), record_dir=str(tmp_path / "record"),
+                  readme=str(tmp_path / "README.md"))
     out = io.StringIO()
     runs = head_to_head.head_to_head(stream=out, analyze=True, examples=1, **kwargs)
     assert all(r.status == "done" for r in runs), out.getvalue()
@@ -300,6 +302,17 @@ def test_head_to_head_end_to_end_and_rerun(tmp_path, one_thread):
     assert os.path.getsize(tmp_path / "img" / "h2h.png") > 1000
     text = (tmp_path / "results.md").read_text()
     assert "## Head-to-head" in text and "![BLEU delta against the baseline per direction](img/h2h.png)" in text
+    assert "**verdict**" not in text and "| verdict, all directions pooled |  |  |  | - | " in text
+    assert lsl["verdict"]["bleu"]["verdict"] in ("better", "level", "worse")
+    assert "| LSL (`lsl`) | **" in (tmp_path / "README.md").read_text()
+    # the same files from the record alone: the run directories (checkpoints, test.json, corpus) not read
+    outputs = {k: kwargs[k] for k in ("out_json", "out_md", "figure", "readme")}
+    again_outputs = {k: str(tmp_path / "again" / os.path.relpath(v, tmp_path)) for k, v in outputs.items()}
+    os.rename(tmp_path / "runs", tmp_path / "runs_moved")
+    head_to_head.head_to_head(report_only=True, record_dir=kwargs["record_dir"], stream=io.StringIO(), **again_outputs)
+    os.rename(tmp_path / "runs_moved", tmp_path / "runs")
+    for k, path in outputs.items():
+        assert open(path, "rb").read() == open(again_outputs[k], "rb").read(), k
     mtimes = [os.path.getmtime(r.checkpoint) for r in runs]
     again = io.StringIO()
     head_to_head.head_to_head(stream=again, **kwargs)

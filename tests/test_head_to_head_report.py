@@ -7,6 +7,7 @@ is all the report reads; tests/test_head_to_head.py's end-to-end test reports a 
 """
 
 import datetime
+import io
 import json
 import os
 import random
@@ -316,6 +317,13 @@ def test_report_only_command_line(tmp_path, capsys):
     assert code != 0 and "no head-to-head record in" in err and len(err.strip().splitlines()) == 1
     assert _bytes({"out_md": paths["out_md"], "readme": paths["readme"]}) == before
     assert not os.path.exists(paths["out_json"]) and not os.path.exists(paths["figure"])
+    # a record without a baseline run yet: nothing to compare, and nothing is overwritten
+    make_record(tmp_path / "record", models=("lsl",), seeds=(1,))
+    out = io.StringIO()
+    data = head_to_head_report.report(str(tmp_path / "record"), stream=out, n_samples=20, **paths)
+    assert data["directions"] == {} and data["not_reported"] == ["o2m/lsl/seed1"]
+    assert "nothing to report" in out.getvalue() and not os.path.exists(paths["out_json"])
+    assert _bytes({"out_md": paths["out_md"], "readme": paths["readme"]}) == before
 
 
 # ----------------------------------------------------------------------------- the committed record

@@ -15,7 +15,7 @@ import os
 import shlex
 import sys
 import tempfile
-from typing import List
+from typing import Dict, List
 
 from .. import significance
 from . import head_to_head_record, head_to_head_report
@@ -150,13 +150,76 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
     if os.path.isdir(record_dir):
         head_to_head_report.report(record_dir, out_json, out_md, figure, readme, stream, n_samples)
     if examples:
-        head_to_head_report.print_examples(runs, examples, stream)
+        print_examples(runs, examples, stream)
     if analyze:
-        for run in head_to_head_report.analyze(runs, stream):
+        for run in analyze(runs, stream):
             print(f"== analysis of {run.name} in {os.path.join(run.dir, 'analysis')}", file=stream)
     if failures:
         raise RuntimeError(f"{len(failures)} runs failed: " + "; ".join(failures))
     return runs
+
+
+# ----------------------------------------------------------------------------- what the runs show
+def collect_runs(runs: List[Run], stream=None) -> Dict[str, Dict[str, List[Run]]]:
+    """{direction: {model: [evaluated runs, by seed]}} on the seeds every model of the direction has
+    evaluated; only directions with a baseline (the runs ``print_examples`` and ``analyze`` show)."""
+    out = {}
+    for r in sorted(runs, key=lambda r: r.seed):
+        if r.evaluated:
+            out.setdefault(r.direction, {}).setdefault(r.model.name, []).append(r)
+    for direction, models in out.items():
+        common = set.intersection(*({r.seed for r in seeds} for seeds in models.values()))
+        left_out = [r.name for seeds in models.values() for r in seeds if r.seed not in common]
+        if left_out and stream is not None:
+            print(f"not shown (not every model has that seed evaluated yet): {', '.join(left_out)}", file=stream)
+        out[direction] = {m: [r for r in seeds if r.seed in common] for m, seeds in models.items()}
+    return {d: models for d, models in out.items() if BASELINE in models and models[BASELINE]}
+
+
+def print_examples(runs: List[Run], n: int, stream=None) -> None:
+    """The first ``n`` test sentences of the largest, a middle and the smallest direction: source,
+    reference and every model's translation (first seed)."""
+    from ..evaluation import _read_json
+
+    stream = stream or sys.stdout
+    for direction, models in collect_runs(runs).items():
+        results = {name: _read_json(seeds[0].results, "results") for name, seeds in models.items()}
+        base = results[BASELINE]
+        by_size = sorted(base["directions"], key=lambda d: -(base["directions"][d].get("train_size") or 0))
+        for d in dict.fromkeys([by_size[0], by_size[len(by_size) // 2], by_size[-1]]):
+            ref_path = base["references"][d]["path"]
+            src_path = ref_path[: ref_path.rindex(".") + 1] + d.split("-")[0]
+            with open(src_path, encoding="utf-8") as f:
+                sources = f.read().splitlines()
+            with open(ref_path, encoding="utf-8") as f:
+                refs = f.read().splitlines()
+            print(f"\n-- {d} ({base['directions'][d].get('train_size')} training pairs)", file=stream)
+            for i in range(min(n, len(refs))):
+                print(f"  source     {sources[i]}\n  reference  {refs[i]}", file=stream)
+                for name, res in results.items():
+                    print(f"  {name:10s} {res['hypotheses'][d][i]}", file=stream)
+
+
+def analyze(runs: List[Run], stream=None) -> List[Run]:
+    """Each method's ``langshare analyze`` (its table entry) on its first seed, into <run>/analysis/."""
+    import argparse
+
+    from .. import analysis
+
+    parser = argparse.ArgumentParser(prog="langshare")
+    analysis.add_subcommand(parser.add_subparsers(dest="command"))
+    done = []
+    for models in collect_runs(runs).values():
+        for seeds in models.values():
+            run = seeds[0]
+            out = os.path.join(run.dir, "analysis")
+            for command in run.model.analysis:
+                args = parser.parse_args(["analyze"] + [a.format(ckpt=run.checkpoint, out=out, corpus=run.corpus.path)
+                                                        for a in command])
+                args.func(args)
+            if run.model.analysis:
+                done.append(run)
+    return done
 
 
 # ----------------------------------------------------------------------------- CLI

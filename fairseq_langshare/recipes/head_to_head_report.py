@@ -22,7 +22,7 @@ from .. import comparison, significance
 from ..atomic_files import check_writable, json_text, write_files_atomic
 from . import head_to_head_record, head_to_head_standings
 from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
-from .head_to_head_runs import FLOPS_TOLERANCE, TRAIN_FLAGS, Run, inference_cost, percent_text, ratio_text
+from .head_to_head_runs import FLOPS_TOLERANCE, TRAIN_FLAGS, inference_cost, percent_text, ratio_text
 
 START, END = "<!-- head-to-head: start (written by `langshare head-to-head`) -->", "<!-- head-to-head: end -->"
 METRICS = ("bleu", "chrf")
@@ -306,7 +306,7 @@ def markdown(data: Dict, figure_rel: Optional[str] = None) -> str:
         lines += model_table({m: (entry["flags"], entry, entry["inference_cost"]["flops_ratio"])
                               for m, entry in block["models"].items()})
         lines += ["", _cost_sentence(block), "", comparison.comparison_markdown(block["comparison"])]
-    if figure_rel and data["directions"]:
+    if figure_rel:
         lines += [f"![BLEU delta against the baseline per direction]({figure_rel})", ""]
     return "\n".join(lines).rstrip() + "\n" + END + "\n"
 
@@ -367,9 +367,12 @@ def report(record_dir: str, out_json: str, out_md: Optional[str] = None, figure:
     stream = stream or sys.stdout
     check_outputs(out_json, out_md, figure, readme)
     data = build(record_dir, n_samples, stream)
+    if not data["directions"]:
+        print(f"no direction of {record_dir} has a recorded baseline yet: nothing to report", file=stream)
+        return data
     outputs = {out_json: json_text(data)}
     rel = None
-    if figure and data["directions"]:
+    if figure:
         outputs[figure] = _png_writer(draw(data))
         rel = os.path.relpath(figure, os.path.dirname(os.path.abspath(out_md)) if out_md else ".")
     if out_md:
@@ -383,66 +386,3 @@ def report(record_dir: str, out_json: str, out_md: Optional[str] = None, figure:
         print(f"\n### {name.upper()}\n" + comparison.comparison_markdown(block["comparison"]), file=stream)
     print(head_to_head_standings.standings_markdown(data), file=stream)
     return data
-
-
-# ----------------------------------------------------------------------------- demo helpers
-def collect_runs(runs: List[Run], stream=None) -> Dict[str, Dict[str, List[Run]]]:
-    """{direction: {model: [evaluated runs, by seed]}} on the seeds every model of the direction has
-    evaluated; only directions with a baseline (the runs ``print_examples`` and ``analyze`` show)."""
-    out = {}
-    for r in sorted(runs, key=lambda r: r.seed):
-        if r.evaluated:
-            out.setdefault(r.direction, {}).setdefault(r.model.name, []).append(r)
-    for direction, models in out.items():
-        common = set.intersection(*({r.seed for r in seeds} for seeds in models.values()))
-        left_out = [r.name for seeds in models.values() for r in seeds if r.seed not in common]
-        if left_out and stream is not None:
-            print(f"not shown (not every model has that seed evaluated yet): {', '.join(left_out)}", file=stream)
-        out[direction] = {m: [r for r in seeds if r.seed in common] for m, seeds in models.items()}
-    return {d: models for d, models in out.items() if BASELINE in models and models[BASELINE]}
-
-
-def print_examples(runs: List[Run], n: int, stream=None) -> None:
-    """The first ``n`` test sentences of the largest, a middle and the smallest direction: source,
-    reference and every model's translation (first seed)."""
-    from ..evaluation import _read_json
-
-    stream = stream or sys.stdout
-    for direction, models in collect_runs(runs).items():
-        results = {name: _read_json(seeds[0].results, "results") for name, seeds in models.items()}
-        base = results[BASELINE]
-        by_size = sorted(base["directions"], key=lambda d: -(base["directions"][d].get("train_size") or 0))
-        for d in dict.fromkeys([by_size[0], by_size[len(by_size) // 2], by_size[-1]]):
-            ref_path = base["references"][d]["path"]
-            src_path = ref_path[: ref_path.rindex(".") + 1] + d.split("-")[0]
-            with open(src_path, encoding="utf-8") as f:
-                sources = f.read().splitlines()
-            with open(ref_path, encoding="utf-8") as f:
-                refs = f.read().splitlines()
-            print(f"\n-- {d} ({base['directions'][d].get('train_size')} training pairs)", file=stream)
-            for i in range(min(n, len(refs))):
-                print(f"  source     {sources[i]}\n  reference  {refs[i]}", file=stream)
-                for name, res in results.items():
-                    print(f"  {name:10s} {res['hypotheses'][d][i]}", file=stream)
-
-
-def analyze(runs: List[Run], stream=None) -> List[Run]:
-    """Each method's ``langshare analyze`` (its table entry) on its first seed, into <run>/analysis/."""
-    import argparse
-
-    from .. import analysis
-
-    parser = argparse.ArgumentParser(prog="langshare")
-    analysis.add_subcommand(parser.add_subparsers(dest="command"))
-    done = []
-    for models in collect_runs(runs).values():
-        for seeds in models.values():
-            run = seeds[0]
-            out = os.path.join(run.dir, "analysis")
-            for command in run.model.analysis:
-                args = parser.parse_args(["analyze"] + [a.format(ckpt=run.checkpoint, out=out, corpus=run.corpus.path)
-                                                        for a in command])
-                args.func(args)
-            if run.model.analysis:
-                done.append(run)
-    return done
