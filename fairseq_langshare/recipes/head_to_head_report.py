@@ -211,10 +211,12 @@ def seed_deltas(entry: Dict, baseline: Dict, direction: str, metric: str = "bleu
 
 def draw(data: Dict, metric: str = "bleu"):
     """Per direction, every method's delta against the baseline: mean over seed pairs, error bar
-    one standard deviation over them; one panel per translation direction set. Returns the figure."""
+    one standard deviation over them; one panel per translation direction set, a method with the
+    same marker and colour in each. Returns the figure."""
     from ..analysis.figures import new_figure
 
     sets = list(data["directions"])
+    everyone = list(dict.fromkeys(m for block in data["directions"].values() for m in block["models"] if m != BASELINE))
     fig = new_figure(7.5, 3.2 * len(sets))
     for row, name in enumerate(sets):
         block = data["directions"][name]
@@ -230,8 +232,9 @@ def draw(data: Dict, metric: str = "bleu"):
                     xs.append(i + (k - (len(methods) - 1) / 2) * 0.8 / max(1, len(methods)))
                     ys.append(statistics.fmean(deltas))
                     errs.append(statistics.stdev(deltas) if len(deltas) > 1 else 0.0)
-            ax.errorbar(xs, ys, yerr=errs, fmt=MARKERS[k % len(MARKERS)], capsize=2, markersize=5,
-                        label=block["models"][method]["label"])
+            style = everyone.index(method)
+            ax.errorbar(xs, ys, yerr=errs, fmt=MARKERS[style % len(MARKERS)], color=f"C{style % 10}", capsize=2,
+                        markersize=5, label=block["models"][method]["label"])
         ax.axhline(0.0, color="black", linewidth=0.8)
         sizes = [block["directions"][d].get("train_size") for d in directions]
         ax.set_xticks(range(len(directions)))
