@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:  # benchmarks/ is a top-level directory of the repository, not installed
     sys.path.insert(0, REPO)
 
-from benchmarks import harness, report, run  # noqa: E402
+from benchmarks import fairseq_steps, harness, report, run  # noqa: E402
 
 A = ["--arch", "langshare_transformer_tiny", "--share-all-embeddings"]
 B = ["--arch", "transformer", "--share-all-embeddings", "--encoder-layers", "2", "--decoder-layers", "2",
@@ -129,10 +129,10 @@ def test_every_shipped_comparison_trains_and_decodes(corpus, tmp_path, name, a, 
     bench = harness.Benchmark(settings)
     try:
         for key in harness.CONFIGS:
-            loss = harness.train_step(bench.trainers[key], bench.train_batches[0])
+            loss = fairseq_steps.train_step(bench.trainers[key], bench.train_batches[0])
             assert loss == loss and loss > 0, f"{name}: configuration {key} gave loss {loss}"
             bench.models[key].eval()
-            assert harness.decode_batch(bench.tasks[key], bench.generators[key], bench.models[key], bench.single[0]) > 0
+            assert fairseq_steps.decode_batch(bench.tasks[key], bench.generators[key], bench.models[key], bench.single[0]) > 0
     finally:
         bench.close()
 
