@@ -296,17 +296,20 @@ class Benchmark:
         return report.build_result(self, samples, params, losses, load_before, time.time() - started)
 
 
-def run_comparison(settings: Settings, out_json=None, markdown=None, progress=True) -> dict:
-    """Measure, write the JSON (``out_json``) and append the markdown table to ``markdown``."""
+def run_comparison(settings: Settings, out_json=None, markdown=None, progress=True, tag="") -> dict:
+    """Measure, store the result in ``out_json`` as its run ``tag`` (``report.store_run``) and append
+    the markdown table to ``markdown``."""
     from . import report
 
+    if out_json:
+        report.read_runs(out_json)  # a file that holds no result is refused now, not after the measurement
     bench = Benchmark(settings)
     try:
         result = bench.run(progress=progress)
     finally:
         bench.close()
     if out_json:
-        report.write_json(result, out_json)
+        report.store_run(result, out_json, tag)
     if markdown:
         report.append_markdown(result, markdown)
     return result

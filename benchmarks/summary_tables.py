@@ -1,11 +1,17 @@
-"""The summary tables of issue 18 at the top of docs/benchmarks.md, from benchmarks/results/*.json.
+"""The summary tables at the top of docs/benchmarks.md (each method against a dense model of its
+active size), from the comparisons' results in benchmarks/results/NAME.json.
 
-    python -m benchmarks.issue18_table            # the per-method summary and the inventory table
-    python -m benchmarks.issue18_table --tag d512 # the per-method summary of the runs tagged d512
-    python -m benchmarks.issue18_table --tag amd1 --tag amd2  # runs side by side ("run 1 / run 2")
-    python -m benchmarks.issue18_table --pooled --tag amd1 --tag amd2  # their repetitions pooled
-    python -m benchmarks.issue18_table --pooled NAME ... --tag amd1 ...  # a row per comparison, pooled
-    python -m benchmarks.issue18_table NAME ...   # one row per comparison
+    python -m benchmarks.summary_tables            # the per-method summary and the inventory table
+    python -m benchmarks.summary_tables --tag d512 # the per-method summary of the runs tagged d512
+    python -m benchmarks.summary_tables --tag amd1 --tag amd2  # runs side by side ("run 1 / run 2")
+    python -m benchmarks.summary_tables --pooled --tag amd1 --tag amd2  # their repetitions pooled
+    python -m benchmarks.summary_tables --pooled NAME ... --tag amd1 ...  # a row per comparison, pooled
+    python -m benchmarks.summary_tables NAME ...   # one row per comparison
+    python -m benchmarks.summary_tables NAME ... --tag rerun1 --tag rerun2  # a row per comparison and run
+
+A comparison's runs are stored in its one file, each under its tag (``benchmarks.report.store_run``;
+untagged: the reference run); ``--tag TAG`` reads run TAG of NAME.json or, from before runs were
+kept together, a file NAME-TAG.json.
 
 Cells are B / A of the comparison's medians (B's speed over A's, wall clock) with the ratio timed
 by CPU time in brackets; a target is met when the wall-clock ratio reaches it (with several
@@ -17,11 +23,12 @@ otherwise.
 """
 
 import argparse
-import json
 import os
 import sys
 
 import numpy as np
+
+from .report import read_runs
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 METRICS = (("decode_single_tokens_per_s", "decode b1"), ("decode_batched_tokens_per_s", "decode b64"),
@@ -55,23 +62,27 @@ INVENTORY = [("LSL", "lsl"), ("CLSR", "clsr"), ("latent depth", "latent-depth"),
              ("adaptive sparsity", "adaptive-sparse"), ("multi-decoder", "multidecoder")]
 
 
-def load(name):
-    path = os.path.join(RESULTS, f"{name}.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+def load(name, tag=""):
+    """Run ``tag`` of comparison ``name`` ("": its untagged run), or None if it was not run."""
+    for run in read_runs(os.path.join(RESULTS, f"{name}.json")):
+        if run.get("tag", "") == tag:
+            return run
+    if tag:  # a file per run, as results were stored before a comparison's runs were kept together
+        for run in read_runs(os.path.join(RESULTS, f"{name}-{tag}.json")):
+            if run.get("tag", "") == "":
+                return run
+    return None
 
 
-def _metric(name, label):
-    """The metric ``label`` of comparison ``name``'s result, or None if it was not run."""
-    result = load(name)
+def _metric(name, label, tag=""):
+    """The metric ``label`` of run ``tag`` of comparison ``name``, or None if it was not run."""
+    result = load(name, tag)
     key = {lab: key for key, lab in METRICS}[label]
     return None if result is None else result["metrics"].get(key)
 
 
-def ratio(name, label):
-    metric = _metric(name, label)
+def ratio(name, label, tag=""):
+    metric = _metric(name, label, tag)
     return None if metric is None else (metric["ratio"], (metric.get("cpu_time") or {}).get("ratio"))
 
 
@@ -83,8 +94,9 @@ def cell(value, target=None):
     return f"**{text}**" if target is not None and wall < target else text
 
 
-def load_range(names):
-    loads = [x for n in names if load(n) for x in (load(n)["machine"].get("loadavg_before") or [None])[:1]]
+def load_range(runs):
+    """The range of the load averages before ``runs`` [(name, tag)] started."""
+    loads = [x for n, t in runs if load(n, t) for x in (load(n, t)["machine"].get("loadavg_before") or [None])[:1]]
     return f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-"
 
 
@@ -97,11 +109,11 @@ def runs_cell(values, target=None):
 
 
 def summary(tags=("",)):
-    """The per-method table of the comparisons run with ``--tag TAG`` (NAME-TAG.json; "": untagged);
-    several tags: their runs side by side (a target is met when every run meets it)."""
+    """The per-method table of the comparisons' runs tagged ``tags`` ("": untagged); several tags:
+    their runs side by side (a target is met when every run meets it)."""
     rows = list(SUMMARY_HEADER)
     for method, cells, targets, target_text in METHODS:
-        runs = [[ratio(f"{c[0]}-{t}" if t else c[0], c[1]) if c else None for c in cells] for t in tags]
+        runs = [[ratio(c[0], c[1], t) if c else None for c in cells] for t in tags]
         per_cell = list(zip(*runs))  # per column: one value per run
         checks = [v[0] >= t for values, t in zip(per_cell, targets) if t is not None for v in values if v is not None]
         missing = any(t is not None and v is None for values, t in zip(per_cell, targets) for v in values)
@@ -114,9 +126,9 @@ def summary(tags=("",)):
     return "\n".join(rows)
 
 
-def paired_ratios(name, label):
-    """B / A of every repetition of a comparison (wall clock), or None if it was not run."""
-    metric = _metric(name, label)
+def paired_ratios(name, label, tag=""):
+    """B / A of every repetition of a comparison's run (wall clock), or None if it was not run."""
+    metric = _metric(name, label, tag)
     return None if metric is None else [b / a for a, b in zip(metric["A"]["values"], metric["B"]["values"])]
 
 
@@ -138,7 +150,7 @@ def pooled(tags):
             if c is None:
                 shown.append("-")
                 continue
-            runs = [r for r in (paired_ratios(f"{c[0]}-{t}", c[1]) for t in tags) if r is not None]
+            runs = [r for r in (paired_ratios(c[0], c[1], t) for t in tags) if r is not None]
             if not runs:
                 shown.append("not run")
                 if target is not None:
@@ -162,10 +174,10 @@ def pooled_rows(names, tags):
     rows = ["| comparison | runs | " + " | ".join(label for _, label in METRICS) + " |",
             "|---|---:|" + "---:|" * len(METRICS)]
     for name in names:
-        ran = [t for t in tags if load(f"{name}-{t}") is not None]
+        ran = [t for t in tags if load(name, t) is not None]
         cells = []
         for _, label in METRICS:
-            runs = [paired_ratios(f"{name}-{t}", label) for t in ran]
+            runs = [paired_ratios(name, label, t) for t in ran]
             values = [x for r in runs if r is not None for x in r]
             cells.append("%.2f [%.2f, %.2f]" % median_interval(values) if values else "-")
         rows.append(f"| `{name}` | {len(ran)} | " + " | ".join(cells) + " |")
@@ -185,7 +197,7 @@ def inventory():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.issue18_table", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.summary_tables", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="comparisons: one row each")
     parser.add_argument("--tag", action="append", default=[], help="the runs tagged TAG (repeat for several)")
     parser.add_argument("--pooled", action="store_true", help="pool the repetitions of the tagged runs")
@@ -196,15 +208,14 @@ def main(argv=None):
             parser.error("--pooled needs the runs to pool: --tag TAG (repeat for several)")
         print(pooled_rows(names, args.tag) if names else pooled(args.tag))
         return 0
-    if args.tag:
-        print(summary(tags=args.tag))
-        return 0
     if not names:
-        print(summary() + "\n\n" + inventory())
+        print(summary(tags=args.tag) if args.tag else summary() + "\n\n" + inventory())
         return 0
     for name in names:
-        print(f"| `{name}` | " + " | ".join(cell(ratio(name, label)) for _, label in METRICS)
-              + f" | {load_range([name])} |")
+        for tag in args.tag or [""]:
+            label = f"`{name}`" + (f" ({tag})" if tag else "")
+            print(f"| {label} | " + " | ".join(cell(ratio(name, metric, tag)) for _, metric in METRICS)
+                  + f" | {load_range([(name, tag)])} |")
     return 0
 
 
