@@ -115,9 +115,40 @@ def describe(circles):
     return "; ".join(" -> ".join(c) for c in circles)
 
 
+# Circles in files that other changes own and are removing, each named, so that any other circle
+# fails the first test below; the second (a strict expected failure) fails as soon as they are
+# gone, to empty this list.
+KNOWN = {
+    ("fairseq_langshare.deploy.ctranslate2_export", "fairseq_langshare.export",
+     "fairseq_langshare.deploy.ctranslate2_export"): "export <-> deploy (the transformers-export change)",
+    ("fairseq_langshare", "fairseq_langshare.models", "fairseq_langshare.models.clsr_transformer",
+     "fairseq_langshare.export", "fairseq_langshare.deploy.ctranslate2_export",
+     "fairseq_langshare"): "export -> deploy -> the package (the transformers-export change)",
+    ("fairseq_langshare.recipes.head_to_head_record", "fairseq_langshare.recipes.head_to_head_runs",
+     "fairseq_langshare.recipes.head_to_head_record"): "head-to-head record <-> runs (the head-to-head of record)",
+}
+
+
+def test_no_import_circle_but_the_known_ones():
+    found = [c for c in cycles(import_graph(REPO)) if tuple(c) not in KNOWN]
+    assert not found, f"import circle(s): {describe(found)}"
+
+
+@pytest.mark.xfail(bool(KNOWN), strict=True, reason="known circles: " + "; ".join(KNOWN.values()))
 def test_the_package_and_the_benchmarks_have_no_import_circle():
     found = cycles(import_graph(REPO))
     assert not found, f"import circle(s): {describe(found)}"
+
+
+def test_imports_run_one_way():
+    """docs/architecture.md: the package never imports the benchmarks; nothing imports ``cli``
+    (the top); ``modules/`` (building blocks) imports nothing of the package outside itself."""
+    graph = import_graph(REPO)
+    wrong = sorted((a, b) for a, targets in graph.items() for b in targets if (
+        (a.startswith("fairseq_langshare") and b.startswith("benchmarks"))
+        or b == "fairseq_langshare.cli"
+        or (a.startswith("fairseq_langshare.modules") and not b.startswith("fairseq_langshare.modules"))))
+    assert not wrong, "imports against the direction: " + "; ".join(f"{a} -> {b}" for a, b in wrong)
 
 
 # ----------------------------------------------------------------------------- the walker itself

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # latent_depth_transformer side by side with the latent-depth paper's own implementation on the
 # offline gettext corpus, at the same depth, data, optimiser, updates and seed (docs/latent_depth.md,
-# "Side by side"); the settings and both training commands are in scripts/latent_depth_common.sh.
-#   SEED=1 bash scripts/latent_depth_side_by_side.sh   # then SEED=2
-#   python scripts/latent_depth_sbs_table.py runs/latent_depth_sbs   # the table
+# "Side by side"); the settings and both training commands are in experiments/latent_depth_side_by_side_settings.sh.
+#   SEED=1 bash experiments/latent_depth_side_by_side.sh   # then SEED=2
+#   python experiments/latent_depth_side_by_side_table.py runs/latent_depth_sbs   # the table
 # The CPU default is scaled down (4 directions, 2 + 6 layers, K = 3, 600 updates of 4 x 1024
 # tokens); the documented size is PAIRS=all DECODER_LAYERS=12 K=6 UPDATES=3000 MAX_TOKENS=2048.
 # Writes $OUT/{reference,ours}_s$SEED.{log,stdout} and per-direction generations *.gen; finished
 # runs and generations are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/latent_depth_common.sh
+source experiments/latent_depth_side_by_side_settings.sh
 train_reference "reference_s$SEED"
 train_ours "ours_s$SEED"
 

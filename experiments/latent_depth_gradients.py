@@ -8,7 +8,7 @@ optimizer accumulates), its standard deviation (the noise of the Gumbel samples 
 data), and their ratio per term, averaged over the languages trained on the stack's side and
 the layers. A term whose mean gradient is small against its noise cannot move the posteriors.
 
-    python scripts/latent_depth_gradients.py CKPT [CKPT ...] --data CORPUS/bin --batches 64 --out grads.json
+    python experiments/latent_depth_gradients.py CKPT [CKPT ...] --data CORPUS/bin --batches 64 --out grads.json
 """
 
 import argparse

@@ -1,4 +1,4 @@
-# Sourced by scripts/latent_depth_side_by_side.sh and scripts/latent_depth_speed.sh: the two
+# Sourced by experiments/latent_depth_side_by_side.sh and experiments/latent_depth_speed.sh: the two
 # training commands of the side by side with the latent-depth paper's own implementation (shipped
 # with fairseq: examples/latent_depth/latent_depth_src), on the same data, depth, optimiser,
 # updates and seed. Set before sourcing (defaults: the CPU-scaled setting): CORPUS, SEED, UPDATES,

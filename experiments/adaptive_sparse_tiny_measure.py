@@ -1,5 +1,5 @@
 """The tiny Attn+FFN+Layer training of tests/test_adaptive_sparse_training.py, printing its figures.
-Run from the repository root: PYTHONPATH=.:tests python scripts/adaptive_sparse_tiny_measure.py [extra fairseq flags]
+Run from the repository root: PYTHONPATH=.:tests python experiments/adaptive_sparse_tiny_measure.py [extra fairseq flags]
 (for the old code: from a copy of it, with its own PYTHONPATH)."""
 import json, math, sys, tempfile
 from collections import Counter

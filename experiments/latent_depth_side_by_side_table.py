@@ -1,8 +1,8 @@
-"""The side-by-side table of scripts/latent_depth_side_by_side.sh: per implementation and seed,
+"""The side-by-side table of experiments/latent_depth_side_by_side.sh: per implementation and seed,
 the final validation NLL, the mean training words/s (fairseq's ``train_inner`` records) and BLEU
 per direction (fairseq-generate's sacrebleu line), then the mean over seeds and the ratios.
 
-    python scripts/latent_depth_sbs_table.py runs/latent_depth_sbs
+    python experiments/latent_depth_side_by_side_table.py runs/latent_depth_sbs
 """
 
 import glob

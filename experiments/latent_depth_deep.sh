@@ -3,7 +3,7 @@
 # decoder (K = 12) on the offline gettext corpus, CPU-sized (128-dim, 4 directions, 1024 tokens
 # per batch). Prints the training-loss and gradient-norm trajectory and the final validation loss;
 # a divergent run shows up as a loss that rises or becomes nan/inf.
-#   UPDATES=400 bash scripts/latent_depth_deep.sh
+#   UPDATES=400 bash experiments/latent_depth_deep.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CORPUS=${CORPUS:-demo_run/corpus}; UPDATES=${UPDATES:-400}; LAYERS=${LAYERS:-24}; K=${K:-$((LAYERS / 2))}
@@ -24,8 +24,8 @@ if [ ! -e "$OUT/finished-$UPDATES" ]; then
 fi
 python - "$OUT/train.log" <<'PY'
 import math, sys
-sys.path.insert(0, "scripts")
-from latent_depth_sbs_table import records
+sys.path.insert(0, "experiments")
+from latent_depth_side_by_side_table import records
 rows, valid = records(sys.argv[1], "train_inner"), records(sys.argv[1], "valid")
 print("update   loss    nll  gnorm  E[depth]")
 for r in rows:
