@@ -3,17 +3,18 @@ name (``scripts/x.sh``, ``benchmarks/y.py``, ``experiments/z.py``, ``python -m b
 ...) exists: a moved or removed file fails here, not in a reader's shell.
 
 A named path is a word starting with one of the repository's top-level folders (``PREFIXES``),
-read from the whole text, code blocks included. Placeholders are resolved as patterns that must
-match at least one file: ``<corpus>``, ``*`` and upper-case words such as ``NAME`` match any
-name; ``{a,b}`` is expanded. What commands write (``runs/``, ``demo_run/``, ``OUTPUTS``) is not
+read from the whole text, code blocks included, outside markdown links (those are links, relative
+to their page). Placeholders are resolved as patterns that must match at least one file:
+``<corpus>``, ``*`` and upper-case words such as ``NAME`` match any name; ``{a,b}`` is expanded.
+A path at a commit, ``<commit>:scripts/x.sh`` (what ``git show`` takes: a script as it was when a
+figure was measured), must exist in that commit. What commands write (``runs/``, ``demo_run/``, ``OUTPUTS``) is not
 the repository's and is not checked.
 """
 
 import glob
 import os
 import re
-
-import pytest
+import subprocess
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIXES = ("scripts", "benchmarks", "experiments", "configs", "fairseq_langshare", "tests", "docs")
@@ -21,21 +22,14 @@ MODULE_PREFIXES = ("benchmarks", "fairseq_langshare")
 
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFERENCE_LINK = re.compile(r"^\s*\[[^\]]+\]:\s*(\S+)", re.M)
-PATH = re.compile(r"(?<![\w./<{-])((?:%s)/[\w./<>{},*-]*[\w>}*])" % "|".join(PREFIXES))
+PATH = re.compile(r"(?<![\w./<{:-])((?:%s)/[\w./<>{},*-]*[\w>}*])" % "|".join(PREFIXES))
+AT_COMMIT = re.compile(r"(?<![\w./-])([0-9a-f]{7,40}):((?:%s)/[\w./-]*\w)" % "|".join(PREFIXES))
 MODULE = re.compile(r"python3? -m ((?:%s)(?:\.\w+)+)" % "|".join(MODULE_PREFIXES))
 # written by the commands the docs show, not part of the repository
 OUTPUTS = ("benchmarks/.cache/",  # the benchmark corpora, built on a benchmark's first run
            "docs/results/head_to_head")  # where the head-to-head of record writes (--record-dir)
 PLACEHOLDER = re.compile(r"<[^>/]*>|\b[A-Z][A-Z0-9_]{2,}\b|\b[A-Z]\b")
 
-# (doc, path it names) that a file this branch may not edit still names: docs/results.md is being
-# split into docs/experiments/ by another change, which carries these to the scripts' new places.
-# Empty this when they are fixed (test_no_doc_names_a_moved_script fails until then).
-PENDING = {
-    ("docs/results.md", "scripts/latent_depth_side_by_side.sh"): "experiments/latent_depth_side_by_side.sh",
-    ("docs/results.md", "scripts/latent_depth_sbs_table.py"): "experiments/latent_depth_side_by_side_table.py",
-    ("docs/results.md", "scripts/latent_depth_deep.sh"): "experiments/latent_depth_deep.sh",
-}
 
 
 def documents(root=REPO):
@@ -80,11 +74,26 @@ def broken_links(root, doc):
     return broken
 
 
+def _in_git(root, refs):
+    """The ``<commit>:<path>`` of ``refs`` that git does not have; None outside a git checkout."""
+    if not refs:
+        return []
+    try:
+        out = subprocess.run(["git", "-C", root, "cat-file", "--batch-check"], input="\n".join(refs) + "\n",
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return [ref for ref, line in zip(refs, out) if line.endswith(" missing")]
+
+
 def missing_paths(root, doc):
-    """The repository paths and ``python -m`` modules ``doc`` names that do not exist."""
+    """The repository paths, ``<commit>:<path>`` and ``python -m`` modules ``doc`` names that do
+    not exist (paths at a commit are not checked outside a git checkout)."""
     with open(os.path.join(root, doc), encoding="utf-8") as f:
         text = f.read()
-    missing = []
+    refs = sorted({f"{commit}:{path}" for commit, path in AT_COMMIT.findall(text)})
+    missing = _in_git(root, refs) or []
+    text = LINK.sub(" ", text)  # links are checked as links
     for path in sorted(set(PATH.findall(text))):
         path = path.rstrip(".")
         if not path.startswith(OUTPUTS) and not _exists(root, path):
@@ -108,15 +117,8 @@ def problems(root=REPO):
 
 
 def test_every_doc_link_and_named_path_resolves():
-    found = [p for p in problems() if (p[0], p[2]) not in PENDING]
+    found = problems()
     assert not found, "\n".join(f"{doc}: {kind} {target} does not exist" for doc, kind, target in found)
-
-
-@pytest.mark.xfail(bool(PENDING), strict=True, reason="docs/results.md names scripts that moved to experiments/: "
-                   + "; ".join(f"{old} -> {new}" for (_, old), new in sorted(PENDING.items())))
-def test_no_doc_names_a_moved_script():
-    pending = sorted((doc, target) for doc, _, target in problems() if (doc, target) in PENDING)
-    assert not pending, "\n".join(f"{doc}: {path} moved to {PENDING[(doc, path)]}" for doc, path in sorted(pending))
 
 
 # ----------------------------------------------------------------------------- the checker itself
@@ -141,3 +143,25 @@ def test_the_checker_finds_broken_links_and_missing_paths(tmp_path):
         ("docs/a.md", "path", "scripts/gone.py"),
         ("docs/sub/b.md", "link", "a.md"),
     ]
+
+
+def test_paths_at_a_commit_are_looked_up_in_git(tmp_path):
+    """A script named as ``<commit>:scripts/x.sh`` is checked in that commit, not in the working
+    tree; a link's target is a link relative to its page, not a path from the repository root."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "docs" / "experiments").mkdir(parents=True)
+    (tmp_path / "scripts" / "old.sh").write_text("")
+    (tmp_path / "docs" / "experiments" / "run.md").write_text("")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "x")
+    commit = git("rev-parse", "--short=10", "HEAD")
+    (tmp_path / "scripts" / "old.sh").unlink()
+    (tmp_path / "docs" / "page.md").write_text(
+        f"Ran `bash {commit}:scripts/old.sh` and `{commit}:scripts/never.sh`; "
+        "[experiments/run.md](experiments/run.md).\n")
+    assert problems(str(tmp_path)) == [("docs/page.md", "path", f"{commit}:scripts/never.sh")]
