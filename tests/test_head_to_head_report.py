@@ -52,7 +52,7 @@ def _profile(name, pairs):
 
 
 def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", updates=2000):
-    """One synthetic run's record, as ``head_to_head_record.write_run`` lays it out."""
+    """One synthetic run's record, as ``head_to_head_runs.record_run`` lays it out."""
     from sacrebleu.metrics import BLEU, CHRF
 
     pairs = PAIRS[direction]

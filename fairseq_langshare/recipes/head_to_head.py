@@ -152,7 +152,7 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
     if examples:
         print_examples(runs, examples, stream)
     if analyze:
-        for run in analyze(runs, stream):
+        for run in run_analyses(runs, stream):
             print(f"== analysis of {run.name} in {os.path.join(run.dir, 'analysis')}", file=stream)
     if failures:
         raise RuntimeError(f"{len(failures)} runs failed: " + "; ".join(failures))
@@ -200,7 +200,7 @@ def print_examples(runs: List[Run], n: int, stream=None) -> None:
                     print(f"  {name:10s} {res['hypotheses'][d][i]}", file=stream)
 
 
-def analyze(runs: List[Run], stream=None) -> List[Run]:
+def run_analyses(runs: List[Run], stream=None) -> List[Run]:
     """Each method's ``langshare analyze`` (its table entry) on its first seed, into <run>/analysis/."""
     import argparse
 

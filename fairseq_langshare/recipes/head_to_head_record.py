@@ -11,8 +11,11 @@ scored against (with their sha256), so the significance tests can be redone wher
 not (``langshare head-to-head --report-only``). The files are gzip with a zero timestamp: the same
 content gives the same bytes.
 
-Readers: ``read`` (every run), ``read_references`` (checked by sha256) and ``committed_date`` (the
-record is dated by its commits, so that a report made from it again is the same to the byte).
+Writers: ``dump``, ``write_references``, ``provenance``, ``last_validation``; a run's record is
+assembled by ``head_to_head_runs.record_run``, which knows the runs (this module imports none of
+the head-to-head's). Readers: ``read`` (every run), ``read_references`` (checked by sha256) and
+``committed_date`` (the record is dated by its commits, so that a report made from it again is the
+same to the byte).
 """
 
 import gzip
@@ -132,31 +135,6 @@ def write_references(record_dir: str, direction: str, results: Dict) -> None:
         changed = True
     if changed:
         dump(path, refs)
-
-
-def write_run(record_dir: str, run, seconds: Dict[str, float]) -> str:
-    """The record of one evaluated run (``head_to_head_runs.Run``); returns its path."""
-    from ..evaluation import _read_json
-    from .head_to_head_runs import EVALUATE_FLAGS, TRAIN_FLAGS, profile
-
-    results = _read_json(run.results, "results")
-    write_references(record_dir, run.direction, results)
-    record = {
-        "format": FORMAT, "direction": run.direction, "model": run.model.name, "seed": run.seed,
-        "updates": run.updates, "label": run.model.label, "arch": run.model.arch,
-        "model_flags": list(run.model.argv(run.direction)), "reason": run.model.reason,
-        "extra_compute": run.model.extra_compute or None,
-        "train_flags": list(TRAIN_FLAGS) + list(run.train_flags), "evaluate_flags": list(EVALUATE_FLAGS),
-        "corpus": {"path": run.corpus.path, "langs": run.corpus.langs, "lang_pairs": run.corpus.lang_pairs},
-        "profile": profile(run, checkpoint=run.checkpoint),
-        "validation": last_validation(os.path.join(run.dir, "train.log")),
-        "wall_seconds": {k: round(v, 1) for k, v in seconds.items()},
-        "provenance": provenance(),
-        "results": results,
-    }
-    path = run_path(record_dir, run.direction, run.model.name, run.seed)
-    dump(path, record)
-    return path
 
 
 # ----------------------------------------------------------------------------- reading the record

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from . import head_to_head_record
 from .experiment_plan import check_updates
 from .head_to_head_models import BASELINE, DIRECTIONS, H2HModel, model as model_named
 
@@ -328,10 +329,8 @@ def evaluate(run: Run) -> None:
 
 def execute(runs: List[Run], jobs: int, device: str = "cpu", stream=None, record_dir: Optional[str] = None) -> List[str]:
     """Train and evaluate every run not done, ``jobs`` at a time; with ``record_dir``, write each
-    run's record there as soon as it is evaluated (``head_to_head_record``; also for runs done
+    run's record there as soon as it is evaluated (``record_run``; also for runs done
     earlier whose record is missing). Returns the failures."""
-    from . import head_to_head_record
-
     stream = stream or sys.stdout
     def recorded(r):
         return record_dir is None or os.path.isfile(head_to_head_record.run_path(record_dir, r.direction, r.model.name,
@@ -348,7 +347,7 @@ def execute(runs: List[Run], jobs: int, device: str = "cpu", stream=None, record
             trained = time.time()
             evaluate(run)
             if record_dir is not None:
-                path = head_to_head_record.write_run(
+                path = record_run(
                     record_dir, run, {"train": trained - start, "evaluate": time.time() - trained})
                 print(f"[{index}/{len(todo)}] {run.name}: recorded in {path}", file=stream, flush=True)
         except (RuntimeError, ValueError) as error:
@@ -360,6 +359,30 @@ def execute(runs: List[Run], jobs: int, device: str = "cpu", stream=None, record
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(work, enumerate(todo, 1)))
     return failures
+
+
+def record_run(record_dir: str, run: Run, seconds: Dict[str, float]) -> str:
+    """The record of one evaluated run (``head_to_head_record``'s format); returns its path."""
+    from ..evaluation import _read_json
+
+    results = _read_json(run.results, "results")
+    head_to_head_record.write_references(record_dir, run.direction, results)
+    record = {
+        "format": head_to_head_record.FORMAT, "direction": run.direction, "model": run.model.name, "seed": run.seed,
+        "updates": run.updates, "label": run.model.label, "arch": run.model.arch,
+        "model_flags": list(run.model.argv(run.direction)), "reason": run.model.reason,
+        "extra_compute": run.model.extra_compute or None,
+        "train_flags": list(TRAIN_FLAGS) + list(run.train_flags), "evaluate_flags": list(EVALUATE_FLAGS),
+        "corpus": {"path": run.corpus.path, "langs": run.corpus.langs, "lang_pairs": run.corpus.lang_pairs},
+        "profile": profile(run, checkpoint=run.checkpoint),
+        "validation": head_to_head_record.last_validation(os.path.join(run.dir, "train.log")),
+        "wall_seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "provenance": head_to_head_record.provenance(),
+        "results": results,
+    }
+    path = head_to_head_record.run_path(record_dir, run.direction, run.model.name, run.seed)
+    head_to_head_record.dump(path, record)
+    return path
 
 
 def _plain(cfg) -> Dict:

@@ -91,7 +91,7 @@ def standings_markdown(data: Optional[Dict]) -> str:
              "where sacrebleu's paired bootstrap of the seed-concatenated systems gives p < 0.05 and every seed's "
              "delta has the same sign, **level** otherwise; the delta, its p-value and each seed's delta beside it. "
              "Made by `langshare head-to-head` ([docs/head_to_head.md](docs/head_to_head.md)) from the runs recorded "
-             f"in `{(data or {}).get('record', {}).get('dir') or RECORD_DIR}/`"]
+             f"in `{data['record']['dir'] if data else RECORD_DIR}/`"]
     if not blocks:
         lines[-1] += (". **Not yet recorded**: the head-to-head of record (every model, O2M and M2O, 3 seeds; "
                       "docs/head_to_head.md, \"The record\") has not been reported yet; its standings appear here "
@@ -99,7 +99,9 @@ def standings_markdown(data: Optional[Dict]) -> str:
         return "\n".join(lines) + "\n" + END + "\n"
     lines[-1] += (f" ({data['updates']} updates per run, dated {data['generated']}; every table in "
                   "[docs/results.md](docs/results.md)).")
-    lines += ["", "| model | " + " | ".join(f"{d.upper()} {label}" for d in DIRECTIONS for _, label in METRICS)
+    record = data["record"]["dir"]
+    lines += ["", f"| model (record: `{record}/`) | "
+              + " | ".join(f"{d.upper()} {label}" for d in DIRECTIONS for _, label in METRICS)
               + " | inference cost vs baseline |",
               "|---|" + "---|" * (len(DIRECTIONS) * len(METRICS) + 1)]
     for model, label in labels.items():
