@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .atomic_files import check_writable, write_json_atomic, write_text_atomic
 from .evaluation import GROUP_ORDER, EvaluationError, _averages, _csv, _fmt, _read_json, read_references
-from . import significance
+from . import off_target, significance
 
 LABELS = significance.METRIC_LABELS
 ALPHA = 0.05  # the level the tables mark
@@ -119,6 +119,7 @@ def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, me
                            for d in directions},
             "averages": _group_summaries(seeds, metrics),
         }
+    off_target.add_to_comparison(out, systems)
     if baseline is None:
         return out
     base = out["systems"][baseline]
@@ -193,6 +194,7 @@ def comparison_markdown(cmp: Dict) -> str:
                              + " | ".join("-" if t is None else significance.format_p(t["p_value"]) for t in pooled) + " |")
         lines.append("")
         lines += _significance_table(cmp, metric)
+    lines += off_target.comparison_table(cmp, _cell)
     notes = {e["significance"]["note"] for e in cmp["systems"].values() if "note" in (e.get("significance") or {})}
     lines += [f"Significance: {n}" for n in sorted(notes)]
     return "\n".join(lines).rstrip() + "\n"
