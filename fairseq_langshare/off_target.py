@@ -87,9 +87,9 @@ class Identifier:
                        for c in codes}
         self._codes = {lab: "/".join(codes) for lab, codes in owners.items()}  # label -> what the tables call it
 
-    def identify(self, texts: Sequence[str]) -> List[Optional[str]]:
-        """Each text's label, or None when it has fewer than ``MIN_CHARS`` characters."""
-        return [self._model.classify(t.strip())[0] if len(t.strip()) >= MIN_CHARS else None for t in texts]
+    def identify(self, texts: Sequence[str], min_chars: int = MIN_CHARS) -> List[Optional[str]]:
+        """Each text's label, or None when it has fewer than ``min_chars`` characters."""
+        return [self._model.classify(t.strip())[0] if len(t.strip()) >= min_chars else None for t in texts]
 
     def code(self, label: str) -> str:
         return self._codes.get(label, label)
@@ -118,9 +118,10 @@ def corpus_languages(corpus_dir: str) -> List[str]:
     return list(langs)
 
 
-def reference_sentences(corpus_dir: str, split: str, languages: Sequence[str]) -> Dict[str, List[str]]:
+def reference_sentences(corpus_dir: str, split: str, languages: Sequence[str], min_chars: int = MIN_CHARS,
+                        max_references: int = MAX_REFERENCES) -> Dict[str, List[str]]:
     """Per language, the distinct sentences of ``raw/{split}.*.{lang}`` (file name order) with at
-    least ``MIN_CHARS`` characters, at most ``MAX_REFERENCES`` of them."""
+    least ``min_chars`` characters, at most ``max_references`` of them."""
     out = {}
     for lang in languages:
         seen = OrderedDict()
@@ -128,9 +129,9 @@ def reference_sentences(corpus_dir: str, split: str, languages: Sequence[str]) -
             with open(path, encoding="utf-8") as f:
                 for line in f:
                     line = line.strip()
-                    if len(line) >= MIN_CHARS:
+                    if len(line) >= min_chars:
                         seen.setdefault(line, None)
-        out[lang] = list(seen)[:MAX_REFERENCES]
+        out[lang] = list(seen)[:max_references]
     return out
 
 

@@ -140,7 +140,7 @@ def write_run(record_dir: str, run, seconds: Dict[str, float]) -> str:
     record = {
         "format": FORMAT, "direction": run.direction, "model": run.model.name, "seed": run.seed,
         "updates": run.updates, "label": run.model.label, "arch": run.model.arch,
-        "model_flags": list(run.model.argv(run.direction)), "reason": run.model.reason,
+        "model_flags": list(run.model.argv(run.direction)), "reason": run.model.reason_for(run.direction),
         "extra_compute": run.model.extra_compute or None,
         "train_flags": list(TRAIN_FLAGS) + list(run.train_flags), "evaluate_flags": list(EVALUATE_FLAGS),
         "corpus": {"path": run.corpus.path, "langs": run.corpus.langs, "lang_pairs": run.corpus.lang_pairs},

@@ -44,7 +44,7 @@ def _model_entry(name, seeds, cmp, prof):
     pooled = sig.get("pooled") or {}
     return {
         "label": model.label, "arch": model.arch, "flags": list(model.argv(seeds[0].direction)),
-        "reason": model.reason, "extra_compute": model.extra_compute or None,
+        "reason": model.reason_for(seeds[0].direction), "extra_compute": model.extra_compute or None,
         "parameters": prof["parameters"], "inference": prof["inference"],
         "runs": {str(r.seed): r.dir for r in seeds},
         "seeds": {str(r.seed): {m: {d: row.get(m) for d, row in _read_json(r.results, "results")["directions"].items()}
