@@ -8,6 +8,8 @@ seeds; a direction counts as a win only when the system's seed mean is above the
 baseline whose results hold hypotheses (``evaluate`` of this version stores them), every system is
 tested against it with sacrebleu's paired bootstrap (``significance.compare_to_baseline``), per
 direction and over all directions pooled, on each seed pair and on the seed-concatenated systems.
+Where the results hold the off-target rate, a table of its seed mean and std per direction and
+group follows (``off_target.add_to_comparison``).
 """
 
 import argparse

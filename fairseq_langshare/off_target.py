@@ -5,7 +5,7 @@ The **off-target rate** of a direction is the percentage of its hypotheses of at
 py3langid (langid.py's naive Bayes classifier over byte n-grams, Lui & Baldwin 2012, with the model
 shipped inside the wheel: nothing is downloaded), asked to choose among the corpus's languages only
 (``set_languages``): the question answered is "which of the languages the model was taught is this
-output in", which is what off-target translation means (Zhang et al. 2020, ACL, Sec. 5) and which
+output in", which is what off-target translation means (Zhang et al. 2020, ACL) and which
 keeps a short Norwegian string from being called Danish.
 
 The identifier is measured first on the references of every language of the corpus (the same split);

@@ -87,7 +87,7 @@ MODELS = (
                       "(short inputs run both projections and select)",
         analysis=(("clsr", "{ckpt}", "--split", "test", "--out", "{out}"),
                   ("clsr-lsscore", "{out}/gates.json", "--manifest", "{corpus}/manifest.json", "--out", "{out}")),
-        many_to_many="the paper trains O2M and M2O only (many-to-many is its future work, section 7), indexing "
+        many_to_many="the paper trains O2M and M2O only (many-to-many is its future work, section 6), indexing "
                      "W_lang by the language that varies; in M2M each side is indexed by its own language (encoder: "
                      "source, decoder: target, the package's defaults), so a zero-shot pair fr-sr routes through "
                      "W_fr and W_sr, each trained through English, as language adapters do; budget p = 0.3, the "
@@ -104,7 +104,7 @@ MODELS = (
         "2026-11-23) and the rest of training runs that pruned network, which inference runs; "
         "one posterior per language pair, i.e. per target language (O2M) or source language (M2O)",
         analysis=(("latent-depth", "{ckpt}", "--out", "{out}"),),
-        many_to_many="the paper trains O2M and M2O only (it leaves non-English directions out, section 7) with "
+        many_to_many="the paper trains O2M and M2O only (it leaves non-English directions out: Broader Impact) with "
                      "one posterior per language pair; a pair's posterior has nothing to say about an unseen "
                      "zero-shot pair, so in M2M the decoder's layers are chosen by the target language (the "
                      "decoder writes it; the package's default), as in O2M"),

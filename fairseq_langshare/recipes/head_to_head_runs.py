@@ -81,7 +81,10 @@ class Corpus:
 
     @property
     def zero_shot_pairs(self) -> List[str]:
-        """The untrained directions the corpus has test sets for (its manifest's ``zero_shot_pairs``)."""
+        """The untrained directions the corpus has test sets for (its manifest's ``zero_shot_pairs``;
+        none without a manifest)."""
+        if not self.exists:
+            return []
         with open(os.path.join(self.path, "manifest.json"), encoding="utf-8") as f:
             return list(json.load(f).get("zero_shot_pairs") or [])
 
