@@ -105,16 +105,19 @@ def load_identifier(languages: Sequence[str]):
 
 # ----------------------------------------------------------------------------- references
 def corpus_languages(corpus_dir: str) -> List[str]:
-    """The languages of a prepared corpus (its manifest's ``langs``)."""
+    """The languages of a prepared corpus (its manifest's ``langs``, else its ``langs.txt``)."""
     path = os.path.join(corpus_dir, "manifest.json")
     try:
         with open(path, encoding="utf-8") as f:
             langs = json.load(f).get("langs")
+        if not langs and os.path.isfile(os.path.join(corpus_dir, "langs.txt")):
+            with open(os.path.join(corpus_dir, "langs.txt"), encoding="utf-8") as f:
+                langs = f.read().split()
     except (OSError, ValueError) as error:
         raise OffTargetError(f"cannot read the corpus manifest {path} ({error}); pass a corpus directory "
                              f"from `langshare prepare-gettext`") from None
     if not langs:
-        raise OffTargetError(f"{path} lists no languages ('langs'); rebuild the corpus")
+        raise OffTargetError(f"{path} lists no languages ('langs') and there is no langs.txt; rebuild the corpus")
     return list(langs)
 
 

@@ -50,6 +50,16 @@ def reference_corpus(root, langs, n=40, refs=None):
     return str(root)
 
 
+def test_corpus_languages_from_the_manifest_or_langs_txt(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"langs": ["en", "fr"]}))
+    assert off_target.corpus_languages(str(tmp_path)) == ["en", "fr"]
+    (tmp_path / "manifest.json").write_text("{}")
+    with pytest.raises(off_target.OffTargetError, match="lists no languages"):
+        off_target.corpus_languages(str(tmp_path))
+    (tmp_path / "langs.txt").write_text("en\nde\n")
+    assert off_target.corpus_languages(str(tmp_path)) == ["en", "de"]
+
+
 def test_identifier_labels():
     assert [off_target.identifier_label(c) for c in ("fr", "nb", "sr_latin", "pt_BR", "sr@latin")] == \
         ["fr", "no", "sr", "pt", "sr"]
