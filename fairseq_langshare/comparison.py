@@ -8,7 +8,9 @@ seeds; a direction counts as a win only when the system's seed mean is above the
 baseline whose results hold hypotheses (``evaluate`` of this version stores them), every system is
 tested against it with sacrebleu's paired bootstrap (``significance.compare_to_baseline``), per
 direction and over all directions pooled, on each seed pair and on the seed-concatenated systems,
-and every comparison gets its verdict (``significance.verdict``: better / level / worse).
+and every comparison gets its verdict (``significance.verdict``: better / level / worse). Where
+the results hold the off-target rate, a table of its seed mean and std per direction and group
+follows (``off_target.add_to_comparison``).
 """
 
 import argparse
@@ -19,7 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .atomic_files import check_writable, write_json_atomic, write_text_atomic
 from .evaluation import GROUP_ORDER, EvaluationError, _averages, _csv, _fmt, _read_json, read_references
-from . import significance
+from . import off_target, significance
 
 LABELS = significance.METRIC_LABELS
 ALPHA = significance.ALPHA  # the level the tables mark
@@ -131,6 +133,7 @@ def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, me
                            for d in directions},
             "averages": _group_summaries(seeds, metrics),
         }
+    off_target.add_to_comparison(out, systems)
     if baseline is None:
         return out
     base = out["systems"][baseline]
@@ -220,6 +223,7 @@ def comparison_markdown(cmp: Dict) -> str:
                              + " | ".join(_verdict(e, None, metric) or "-" for e in cmp["systems"].values()) + " |")
         lines.append("")
         lines += _significance_table(cmp, metric)
+    lines += off_target.comparison_table(cmp, _cell)
     notes = {e["significance"]["note"] for e in cmp["systems"].values() if "note" in (e.get("significance") or {})}
     lines += [f"Significance: {n}" for n in sorted(notes)]
     return "\n".join(lines).rstrip() + "\n"

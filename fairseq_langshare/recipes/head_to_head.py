@@ -66,7 +66,7 @@ def print_plan(runs: List[Run], jobs: int, stream=None):
             {name: (list(r.model.argv(d)), profiles[name], costs[name]["flops_ratio"]) for name, r in first.items()})),
             file=stream)
         for name, r in first.items():
-            print(f"# {name}: {r.model.reason}" + (f"; adds {r.model.extra_compute}" if r.model.extra_compute else ""),
+            print(f"# {name}: {r.model.reason_for(d)}" + (f"; adds {r.model.extra_compute}" if r.model.extra_compute else ""),
                   file=stream)
         problems = equal_cost_problems(profiles)
         if problems:
@@ -83,7 +83,7 @@ def print_plan(runs: List[Run], jobs: int, stream=None):
     for r in runs:
         print(f"{r.status:12s} {r.name:32s} {r.dir}", file=stream)
     todo = [r for r in runs if r.status != "done"]
-    seconds = sum((0 if r.trained else r.updates / updates_per_second(r)) + EVALUATE_SECONDS
+    seconds = sum((0 if r.trained else r.updates / updates_per_second(r)) + EVALUATE_SECONDS[r.direction]
                   for r in todo) / max(1, jobs)
     print(f"\n# {len(todo)} runs to do: about {seconds / 3600:.1f} h on 2 otherwise idle cores, {jobs} at a time "
           f"(speeds: UPDATES_PER_SECOND in fairseq_langshare/recipes/head_to_head_runs.py; longer under load)",
@@ -253,13 +253,16 @@ def add_subcommand(subparsers):
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--models", default=None, help="comma-separated models (default: all of "
                    + ", ".join(m.name for m in MODELS) + "); flags in fairseq_langshare/recipes/head_to_head_models.py")
-    p.add_argument("--directions", default="o2m,m2o", help="o2m, m2o or both (comma-separated)")
+    p.add_argument("--directions", default="o2m,m2o",
+                   help="comma-separated direction sets: o2m, m2o, m2m (many-to-many: both directions through English, "
+                        "evaluated also on the zero-shot directions; run after the O2M/M2O record)")
     p.add_argument("--seeds", default="1,2,3", help="comma-separated training seeds")
     p.add_argument("--updates", type=int, default=DEFAULT_UPDATES, help="updates of every run")
     p.add_argument("--runs-dir", default="runs/head_to_head", help="runs go to RUNS_DIR/<direction>/<model>/seed<k>/")
     p.add_argument("--corpus", action="append", metavar="DIRECTION=DIR",
-                   help=f"corpus of a direction (default: {DEFAULT_CORPORA['o2m']} and {DEFAULT_CORPORA['m2o']}, "
-                        "built as scripts/quality_lib.sh builds them when missing)")
+                   help=f"corpus of a direction set (default: {DEFAULT_CORPORA['o2m']}, {DEFAULT_CORPORA['m2o']} and "
+                        f"{DEFAULT_CORPORA['m2m']}, built as scripts/quality_lib.sh builds them when missing; M2M's "
+                        "with --direction both --zero-shot all)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: train without --cpu")
     p.add_argument("--import-run", nargs=3, action="append", metavar=("MODEL", "SEED", "DIR"),
