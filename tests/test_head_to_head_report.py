@@ -235,12 +235,12 @@ def test_readme_standings_come_from_the_json(reported):
     lsl_row = next(line for line in block.splitlines() if line.startswith("| LSL (`lsl`) |"))
     cells = [c.strip() for c in lsl_row.split("|")[2:-1]]
     assert cells[0].startswith("**better** +") and cells[1].startswith("**better** +")
-    assert cells[2] == cells[3] == "not yet recorded"  # M2O
-    assert cells[4] == "O2M equal; M2O not yet recorded"
+    assert cells[2:6] == ["not yet recorded"] * 4  # M2O and M2M
+    assert cells[6] == "O2M equal; M2O not yet recorded; M2M not yet recorded"
     clsr_row = next(line for line in block.splitlines() if line.startswith("| CLSR (`clsr`) |"))
     assert "**level**" in clsr_row and "O2M x1.15 FLOPs (+15.0%)" in clsr_row
     latent = next(line for line in block.splitlines() if line.startswith("| latent depth (`latent_depth`) |"))
-    assert latent.count("not yet recorded") == 6  # a model the record has no run of
+    assert latent.count("not yet recorded") == 9  # a model the record has no run of
     assert ("**Which method to use?** O2M (seeds 1, 2, 3): use **LSL** (better on BLEU and chrF; equal inference "
             "cost). Behind the baseline: language adapters (BLEU and chrF). M2O: not yet recorded.") in block
     # no record at all: no table, no advice
