@@ -246,10 +246,12 @@ def _run(args):
 
 def add_subcommand(subparsers):
     p = subparsers.add_parser(
-        "head-to-head", help="train, evaluate and compare every sharing method at equal updates and inference cost",
-        description="Train langshare_transformer_small and every language-sharing method at equal updates and equal "
-                    "inference cost on the gettext corpus, for several seeds; evaluate, compare with significance "
-                    "and report (docs/head_to_head.md).",
+        "head-to-head", help="train, evaluate and compare every sharing method at equal updates, with the baseline's "
+                             "layers and widths",
+        description="Train langshare_transformer_small and every language-sharing method at equal updates with the "
+                    "baseline's layers and widths per sentence on the gettext corpus, for several seeds; evaluate, "
+                    "record every run, compare with significance and one verdict rule, and report from the record "
+                    "(docs/head_to_head.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--models", default=None, help="comma-separated models (default: all of "
                    + ", ".join(m.name for m in MODELS) + "); flags in fairseq_langshare/recipes/head_to_head_models.py")
