@@ -190,26 +190,3 @@ def test_fairseq_generate_without_the_plugin_in_a_fresh_process(corpus, trained,
     hyps = {int(l.split("\t")[0][2:]): l.split("\t")[2] for l in proc.stdout.splitlines() if l.startswith("H-")}
     assert hyps == full_generate(corpus, trained, "en", "xx")
 
-
-def _imported_modules(path: Path, package: str):
-    """Every module ``path`` imports, at module level or inside functions, as an absolute name."""
-    import ast
-
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-            module = ".".join(p for p in (base, node.module or "") if p)
-            yield module
-            yield from (f"{module}.{alias.name}" for alias in node.names)
-
-
-def test_export_imports_no_serving_format():
-    """Imports run one way: deploy/ (the serving formats and the `langshare export` command) uses
-    export.py, never the reverse, not even inside a function (was: export <-> deploy.ctranslate2_export)."""
-    import fairseq_langshare.export as export_module
-
-    modules = set(_imported_modules(Path(export_module.__file__), "fairseq_langshare"))
-    assert not [m for m in modules if m.startswith("fairseq_langshare.deploy") or m.endswith(".cli")], modules
