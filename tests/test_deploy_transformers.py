@@ -171,6 +171,34 @@ def test_decoding_detokenises_as_remove_bpe_sentencepiece(spm_corpus, baseline_e
                                                                             "sentencepiece") == "open it"
 
 
+@needs_transformers
+@pytest.mark.parametrize("options", [{}, {"user_defined_symbols": ["<sep>", "@@"]}, {"model_type": "bpe"},
+                                     {"byte_fallback": True, "vocab_size": 400}])
+def test_tokenizer_builder_follows_the_sentencepiece_model(spm_corpus, tmp_path, options):
+    """SentencePiece models langshare does not train itself: user-defined symbols are emitted whole (as
+    SentencePiece does); BPE and byte-fallback models are refused in one line."""
+    import sentencepiece
+
+    from fairseq_langshare.deploy.transformers_export import _build_tokenizer
+
+    lines = raw(spm_corpus, "en-fr", "en") + raw(spm_corpus, "en-fr", "fr")
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(tmp_path / "m"),
+                                             **{"vocab_size": 100, **options}, hard_vocab_limit=False, minloglevel=2,
+                                             num_threads=1)
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "m.model"))
+    symbols = ["<s>", "<pad>", "</s>", "<unk>"] + [spm.id_to_piece(i) for i in range(spm.get_piece_size())
+                                                   if not (spm.is_control(i) or spm.is_unknown(i))] + ["__fr__"]
+    build = lambda: _build_tokenizer(tmp_path / "m.model", symbols, 3, ["__fr__"], "</s>", ["</s>", "__fr__"])
+    if options.get("model_type") or options.get("byte_fallback"):
+        with pytest.raises(TransformersExportError, match="is not a unigram SentencePiece model without byte fallback"):
+            build()
+        return
+    tokenizer, ids = build(), {s: i for i, s in enumerate(symbols)}
+    for line in lines + TRICKY + ["a<sep>b @@ c@@d"]:
+        pieces = spm.encode(line, out_type=str)
+        assert tokenizer.encode(line).ids == [ids["__fr__"]] + [ids.get(p, 3) for p in pieces] + [2], line
+
+
 # --- the network ----------------------------------------------------------------------------
 
 LOGIT_CASES = {**{name: (arch, ["--share-all-embeddings", *flags]) for name, (arch, flags) in PLAIN_EXPORTS.items()},

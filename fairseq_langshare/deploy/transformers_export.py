@@ -41,6 +41,7 @@ fairseq network's on a probe sentence.
 import argparse
 import datetime
 import math
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -235,17 +236,17 @@ def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     proto = _spm_proto(spm_path)
-    if proto.trainer_spec.model_type != 1:
-        raise TransformersExportError(f"{spm_path} is not a unigram SentencePiece model (the kind langshare prepare-* "
-                                      f"trains): --format transformers converts unigram models only; {INSTEAD}")
-    normal = {p.piece: p.score for p in proto.pieces if p.type in (1, 4, 6)}  # normal, user-defined, byte
+    if proto.trainer_spec.model_type != 1 or proto.trainer_spec.byte_fallback:
+        raise TransformersExportError(f"{spm_path} is not a unigram SentencePiece model without byte fallback (the kind "
+                                      f"langshare prepare-* trains): --format transformers converts those only; {INSTEAD}")
+    normal = {p.piece: p.score for p in proto.pieces if p.type in (1, 4)}  # normal, user-defined
     missing = [piece for piece in normal if piece not in set(symbols)]
     if missing:
         raise TransformersExportError(
             f"{len(missing)} pieces of {spm_path} are not in the model's dictionary (e.g. {missing[:3]}): pass --spm, "
             "the SentencePiece model the corpus was encoded with")
     vocab = [(s, normal.get(s, _NEVER)) for s in symbols]
-    tokenizer = Tokenizer(models.Unigram(vocab, unk, proto.trainer_spec.byte_fallback))
+    tokenizer = Tokenizer(models.Unigram(vocab, unk, False))
     spec = proto.normalizer_spec
     steps = [normalizers.Precompiled(spec.precompiled_charsmap)] if spec.precompiled_charsmap else []
     if spec.remove_extra_whitespaces:  # spaces only: SentencePiece leaves other whitespace alone
@@ -259,7 +260,7 @@ def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[
                                        else "never", split=False)]
     user_defined = sorted((p.piece for p in proto.pieces if p.type == 4), key=len, reverse=True)
     if user_defined:  # SentencePiece emits them whole
-        splits.append(pre_tokenizers.Split(Regex("|".join(map(_regex_escape, user_defined))), behavior="isolated"))
+        splits.append(pre_tokenizers.Split(Regex("|".join(map(re.escape, user_defined))), behavior="isolated"))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(splits)
     # fairseq's post_process(x, "sentencepiece"): x.replace(" ", "").replace("\u2581", " ").strip()
     # (decoders.Strip would do for the ends, but panics on an empty output: tokenizers 0.22, 0.23)
@@ -274,12 +275,6 @@ def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[
         single=template, pair=" ".join(prefix + ["$A", "$B", eos]),
         special_tokens=[(t, ids[t]) for t in dict.fromkeys(prefix + [eos])])
     return tokenizer
-
-
-def _regex_escape(text: str) -> str:
-    import re
-
-    return re.escape(text)
 
 
 def _write_tokenizer(tokenizer, directory: Path, dictionary, tokens: Dict[str, List[str]], max_positions: int) -> None:
