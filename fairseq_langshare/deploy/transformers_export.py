@@ -19,8 +19,9 @@ Embeddings are scaled by sqrt(d_model) unless ``--no-scale-embedding``. The laye
 names under ``model.`` (both models name them as fairseq does), as in transformers' own conversion
 scripts (``convert_fsmt_original_pytorch_checkpoint_to_pytorch.py``,
 ``convert_m2m100_original_checkpoint_to_pytorch.py``). Every tensor either transformers major
-version names is written (``model.safetensors``), so a directory written with transformers 4 loads in
-5 and back.
+version names is written (``model.safetensors``; one embedding matrix shared by encoder, decoder and
+output projection once, as ``model.shared.weight``), so a directory written with transformers 4
+loads in 5 and back.
 
 The tokenizer (``tokenizer.json``, transformers' ``PreTrainedTokenizerFast``) is built here from the
 pair's SentencePiece model, with no download: SentencePiece's normaliser (its precompiled NFKC map,
@@ -180,6 +181,9 @@ def _hf_model(model_cfg: Dict, weights: Dict[str, torch.Tensor], src: str, tgt: 
                       "model.encoder.embed_positions.weight": table, "model.decoder.embed_positions.weight": table})
         if shared:
             state["model.shared.weight"] = enc
+    if tied:  # one matrix: written once, as transformers writes it; both versions tie the others to it on load
+        for key in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"):
+            del state[key]
     return config["model_type"], config, {k: v.detach().clone().contiguous().float() for k, v in state.items()}
 
 
