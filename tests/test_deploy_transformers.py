@@ -401,6 +401,7 @@ def test_manifest_names_the_model_tokens_and_provenance(spm_corpus, baseline_exp
     config = json.loads((hf / "config.json").read_text())
     assert config["model_type"] == "marian" and "auto_map" not in config  # no custom code
     assert not [p for p in hf.parent.iterdir() if p.name.startswith(".")], "no temporary directories left"
+    assert len({p.stat().st_mode & 0o777 for p in hf.iterdir()}) == 1  # every file readable alike (umask)
 
 
 def test_missing_transformers_is_a_clear_error(tmp_path, capsys, monkeypatch):

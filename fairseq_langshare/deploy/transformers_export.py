@@ -42,6 +42,7 @@ fairseq network's on a probe sentence.
 import argparse
 import datetime
 import math
+import os
 import re
 import shutil
 import tempfile
@@ -297,6 +298,13 @@ def _write_tokenizer(tokenizer, directory: Path, dictionary, tokens: Dict[str, L
     })
 
 
+def _readable_as_created(path: Path) -> None:
+    """The mode a new file gets under the user's umask (safetensors writes its file 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 # --- the check before publishing --------------------------------------------------------------
 
 def _fairseq_network(state: Dict, dictionary):
@@ -379,6 +387,7 @@ def export_transformers(checkpoint, src: str, tgt: str, out_dir, data=None, spm=
         max_target = int(cfg["model"].get("max_target_positions") or 1024)
         GenerationConfig(**_generation_config(special, forced_bos, max_target)).save_pretrained(str(staging))
         save_file(hf_state, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        _readable_as_created(staging / "model.safetensors")
         max_source = int(cfg["model"].get("max_source_positions") or 1024)
         _write_tokenizer(tokenizer, staging, src_dict, tokens, max_source)
         shutil.copyfile(spm, staging / SPM_NAME)
