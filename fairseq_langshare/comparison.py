@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .atomic_files import check_writable, write_json_atomic, write_text_atomic
 from .evaluation import GROUP_ORDER, EvaluationError, _averages, _csv, _fmt, _read_json, read_references
 from . import significance
+from .option_ranges import Range
 
 LABELS = significance.METRIC_LABELS
 ALPHA = 0.05  # the level the tables mark
@@ -291,7 +292,7 @@ def add_subcommand(subparsers):
     c.add_argument("--baseline", default=None, help="NAME of the system the win ratios and tests are against")
     c.add_argument("--metrics", default="bleu,chrf", help="comma-separated metrics: bleu, chrf, spbleu")
     c.add_argument("--no-significance", action="store_true", help="skip the paired bootstrap tests")
-    c.add_argument("--bootstrap-samples", type=int, default=significance.DEFAULT_SAMPLES,
+    c.add_argument("--bootstrap-samples", type=Range(1, why="resamples per test").of(int), default=significance.DEFAULT_SAMPLES,
                    help="paired bootstrap resamples per test (at least 1)")
     c.add_argument("--out-json", default=None, help="write the comparison (means, stds, tests) as JSON here")
     c.add_argument("--out-md", default=None, help="write the markdown tables here")

@@ -30,6 +30,7 @@ import tempfile
 from .atomic_files import check_writable, json_text, write_files_atomic
 from .data.binarized import BinarizedDataError, sentence_count
 from .interrupts import interrupts_kept
+from .option_ranges import Range
 
 logger = logging.getLogger(__name__)
 
@@ -329,6 +330,12 @@ class _Corpus:
 
     def check_references(self, split, src, tgt):
         """Before decoding: the binarized src-tgt data is complete and holds one sentence per raw reference."""
+        from .tasks.multilingual_langshare import check_binarized
+
+        try:
+            check_binarized(split, self.bin, src, tgt)  # what fairseq-generate's task checks, before decoding
+        except (BinarizedDataError, FileNotFoundError) as e:
+            raise EvaluationError(str(e)) from None
         refs = self.reference_path(split, src, tgt)
         with open(refs, encoding="utf-8") as f:
             n_refs = sum(1 for _ in f)
@@ -646,14 +653,14 @@ def add_subcommand(subparsers):
     p.add_argument("--directions", default=None,
                    help="comma-separated SRC-TGT directions, zero-shot ones included; None: every direction "
                         "the checkpoint was trained on that has data in the split")
-    p.add_argument("--beam", type=int, default=4, help="beam size")
-    p.add_argument("--lenpen", type=float, default=1.0, help="length penalty")
-    p.add_argument("--max-tokens", type=int, default=4000, help="max tokens per generation batch")
-    p.add_argument("--batch-size", type=int, default=None, help="max sentences per generation batch")
-    p.add_argument("--high-threshold", type=int, default=10000,
+    p.add_argument("--beam", type=Range(1, why="hypotheses kept per step; 1 is greedy").of(int), default=4, help="beam size")
+    p.add_argument("--lenpen", type=Range(why="fairseq-generate's exponent").of(float), default=1.0, help="length penalty")
+    p.add_argument("--max-tokens", type=Range(1, why="tokens per batch").of(int), default=4000, help="max tokens per generation batch")
+    p.add_argument("--batch-size", type=Range(1, why="sentences per batch").of(int), default=None, help="max sentences per generation batch")
+    p.add_argument("--high-threshold", type=Range(0, why="training pairs").of(int), default=10000,
                    help="a direction is high-resource when its non-English language has at least this many "
                         "training pairs")
-    p.add_argument("--low-threshold", type=int, default=2000,
+    p.add_argument("--low-threshold", type=Range(0, why="training pairs").of(int), default=2000,
                    help="a direction is low-resource when its non-English language has fewer training pairs "
                         "than this (medium in between)")
     p.add_argument("--baseline", default=None,

@@ -21,6 +21,7 @@ from typing import Iterable, List, Optional
 from tqdm import tqdm
 
 from .ctranslate2_export import SPM_NAME, DeployError, read_manifest, require_ctranslate2
+from ..option_ranges import Range
 
 __all__ = ["PairTranslator", "add_subcommand"]
 
@@ -109,8 +110,9 @@ def split_lines(text: str) -> List[str]:
 
 
 def _run(args) -> int:
-    if args.beam < 1 or args.batch_size < 1 or args.threads < 1:
-        raise ValueError("--beam, --batch-size and --threads must be at least 1")
+    if args.max_len_a == 0 and args.max_len_b == 0:
+        raise ValueError("--max-len-a 0 with --max-len-b 0 leaves no target token: pass --max-len-b 1 or more "
+                         "(fairseq-generate's default is 200)")
     translator = PairTranslator(args.model_dir, device=args.device, threads=args.threads)
     if args.input:
         with open(args.input, encoding="utf-8", newline="") as f:
@@ -142,14 +144,14 @@ def add_subcommand(subparsers) -> None:
     )
     parser.add_argument("model_dir", help="directory written by langshare export --format ctranslate2")
     parser.add_argument("--input", help="text file to translate (default: stdin)")
-    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default %(default)s)")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads per batch (default %(default)s)")
+    parser.add_argument("--beam", type=Range(1, why="hypotheses kept per step; 1 is greedy").of(int), default=4, help="beam size; 1 is greedy (default %(default)s)")
+    parser.add_argument("--batch-size", type=Range(1, why="sentences per batch").of(int), default=32, help="sentences per batch (default %(default)s)")
+    parser.add_argument("--threads", type=Range(1, why="CPU threads").of(int), default=1, help="CPU threads per batch (default %(default)s)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="(default %(default)s)")
-    parser.add_argument("--lenpen", type=float, default=1.0,
+    parser.add_argument("--lenpen", type=Range(why="fairseq-generate's exponent").of(float), default=1.0,
                         help="length penalty as fairseq-generate's --lenpen (default %(default)s)")
-    parser.add_argument("--max-len-a", type=float, default=0.0,
+    parser.add_argument("--max-len-a", type=Range(0, why="target tokens per source token").of(float), default=0.0,
                         help="at most a * source length + b target tokens, as fairseq-generate (default %(default)s)")
-    parser.add_argument("--max-len-b", type=int, default=200, help="see --max-len-a (default %(default)s)")
+    parser.add_argument("--max-len-b", type=Range(0, why="target tokens").of(int), default=200, help="see --max-len-a (default %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     parser.set_defaults(func=_run)

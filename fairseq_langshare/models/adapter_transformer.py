@@ -36,8 +36,10 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
+from ..checkpoint_safety import require_checkpoint
 from ..languages import decode_inventory
 from ..modules.adapters import Adapter, AdapterBank, LanguagePairTable
+from ..option_ranges import Range
 from .langshare_transformer import small_preset, tiny_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
@@ -68,7 +70,8 @@ class AdapterSingleConfig(TransformerConfig):
                 "adapters after the encoder layers only"})
     adapter_bottleneck: int = field(default=128, metadata={
         "help": "bottleneck size b of every adapter (d -> b -> d); the LSL paper's Table 1 uses 128, 256 and 512 with "
-                "d = 512 (default 128; the _small preset uses 32, _tiny 8)"})
+                "d = 512 (default 128; the _small preset uses 32, _tiny 8)",
+        "range": Range(1, why="the adapter's hidden units")})
 
 
 @dataclass
@@ -221,6 +224,9 @@ class AdapterTransformerModel(LanguageAwareTransformerModel):
                 _set(args, "adapter_pairs", ",".join(pairs))
         finetune_from = getattr(args, "adapter_finetune_from", None)
         if finetune_from:
+            require_checkpoint(finetune_from, "--adapter-finetune-from",
+                               "the trained checkpoint whose weights the adapters are added to (e.g. its "
+                               "checkpoint_best.pt)")
             _set(args, "adapter_frozen_base", True)  # the saved config keeps the base frozen on reload
         model = super().build_model(args, task)
         if placement.startswith("pair"):

@@ -19,6 +19,7 @@ from . import head_to_head_report
 from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
 from .head_to_head_runs import (DEFAULT_CORPORA, DEFAULT_UPDATES, EVALUATE_SECONDS, TRAIN_FLAGS, UPDATES_PER_SECOND,
                                 Run, _standin_data, equal_cost_problems, execute, import_run, plan, profile, train_argv)
+from ..option_ranges import Range
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -129,7 +130,7 @@ def _run(args):
         corpora[direction] = path
     try:
         head_to_head(models=args.models.split(",") if args.models else None, directions=args.directions.split(","),
-                     seeds=[int(s) for s in args.seeds.split(",")], updates=args.updates, runs_dir=args.runs_dir,
+                     seeds=args.seeds, updates=args.updates, runs_dir=args.runs_dir,
                      corpora=corpora, jobs=args.jobs, device=args.device, dry_run=args.dry_run,
                      imports=args.import_run or (), out_json=args.out_json, out_md=args.out_md, figure=args.figure,
                      analyze=args.analyze, examples=args.examples, train_flags=shlex.split(args.train_flags),
@@ -150,13 +151,14 @@ def add_subcommand(subparsers):
     p.add_argument("--models", default=None, help="comma-separated models (default: all of "
                    + ", ".join(m.name for m in MODELS) + "); flags in fairseq_langshare/recipes/head_to_head_models.py")
     p.add_argument("--directions", default="o2m,m2o", help="o2m, m2o or both (comma-separated)")
-    p.add_argument("--seeds", default="1,2,3", help="comma-separated training seeds")
-    p.add_argument("--updates", type=int, default=DEFAULT_UPDATES, help="updates of every run")
+    p.add_argument("--seeds", default=[1, 2, 3], type=Range(1, why="a training seed").list_of(int),
+                   help="comma-separated training seeds")
+    p.add_argument("--updates", type=Range(1, why="updates").of(int), default=DEFAULT_UPDATES, help="updates of every run")
     p.add_argument("--runs-dir", default="runs/head_to_head", help="runs go to RUNS_DIR/<direction>/<model>/seed<k>/")
     p.add_argument("--corpus", action="append", metavar="DIRECTION=DIR",
                    help=f"corpus of a direction (default: {DEFAULT_CORPORA['o2m']} and {DEFAULT_CORPORA['m2o']}, "
                         "built as scripts/quality_lib.sh builds them when missing)")
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each")
+    p.add_argument("--jobs", type=Range(1, why="runs at a time").of(int), default=2, help="runs at a time, one thread each")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: train without --cpu")
     p.add_argument("--import-run", nargs=3, action="append", metavar=("MODEL", "SEED", "DIR"),
                    help="link a finished run trained elsewhere with these settings (e.g. /work/runs/bin/train.sh) "
@@ -165,7 +167,7 @@ def add_subcommand(subparsers):
                                                           "estimated time) and stop")
     p.add_argument("--analyze", action="store_true",
                    help="run each method's `langshare analyze` on its first seed (into <run>/analysis/)")
-    p.add_argument("--examples", type=int, default=0,
+    p.add_argument("--examples", type=Range(0, why="translations shown").of(int), default=0,
                    help="print this many test translations of every model for the largest, a middle and the "
                         "smallest direction")
     p.add_argument("--train-flags", default="",
