@@ -14,11 +14,14 @@ import logging
 import sys
 import warnings
 
-from . import analysis, comparison, evaluation, export
-from .user_errors import message
-from .data import gettext_corpus
-from .deploy import translate
-from .recipes import corpora, experiments, head_to_head
+from .interrupts import interrupted_while_starting
+
+with interrupted_while_starting():
+    from . import analysis, comparison, evaluation, export
+    from .user_errors import message
+    from .data import gettext_corpus
+    from .deploy import translate
+    from .recipes import corpora, experiments, head_to_head
 
 SUBCOMMANDS = (gettext_corpus, corpora, evaluation, comparison, experiments, head_to_head, analysis, export, translate)
 

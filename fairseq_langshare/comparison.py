@@ -20,6 +20,7 @@ from .atomic_files import check_writable, write_json_atomic, write_text_atomic
 from .evaluation import GROUP_ORDER, EvaluationError, _averages, _csv, _fmt, _read_json, read_references
 from . import significance
 from .option_ranges import Range
+from .result_kinds import EVALUATE_JSON, json_kind
 
 LABELS = significance.METRIC_LABELS
 ALPHA = 0.05  # the level the tables mark
@@ -39,8 +40,9 @@ def _seed_values(seeds, direction, metric):
     return [res["directions"].get(direction, {}).get(metric) for res in seeds]
 
 
-def _group_summaries(seeds, metrics):
-    per_seed = [res.get("averages") or _averages(res["directions"]) for res in seeds]
+def _group_summaries(seeds, metrics, directions):
+    """Group averages of each seed over ``directions`` (those every run has), then mean/std over seeds."""
+    per_seed = [_averages({d: res["directions"][d] for d in directions}) for res in seeds]
     groups = [g for g in list(GROUP_ORDER) + ["all"] if g in per_seed[0]]
     return {g: {"n_directions": per_seed[0][g].get("n_directions"),
                 **{m: significance.seed_summary([avg.get(g, {}).get(m) for avg in per_seed]) for m in metrics}}
@@ -94,7 +96,8 @@ def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, me
             test: bool = True, n_samples: int = significance.DEFAULT_SAMPLES) -> Dict:
     """The comparison as a JSON-able dict: per system the seed mean/std per direction and group,
     the win ratio (seed means) and, with ``test``, the paired bootstrap against ``baseline``.
-    Directions are those of the first run."""
+    Directions are those of any run; the group averages are over the directions every run has
+    (``common_directions``; ``missing``: the others, with the runs that lack them)."""
     if not runs:
         raise EvaluationError("nothing to compare: give at least one results JSON")
     if n_samples < 1:  # sacrebleu would silently use its default
@@ -107,18 +110,18 @@ def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, me
         if baseline is not None and len(seeds) != len(systems[baseline]):
             raise EvaluationError(f"{name} has {len(seeds)} seeds but the baseline {baseline} has "
                                   f"{len(systems[baseline])}: pass the same seeds for every system")
-    first = runs[0][1]["directions"]
-    directions = list(first)
+    directions, common, missing = direction_sets(runs)
     check_same_bleu_signatures(runs, directions)
+    row = {d: next(res["directions"][d] for _, res in runs if d in res["directions"]) for d in directions}
     out = {"baseline": baseline, "metrics": list(metrics),
-           "directions": {d: {k: first[d].get(k) for k in ("train_size", "group", "n")} for d in directions},
-           "systems": OrderedDict()}
+           "directions": {d: {k: row[d].get(k) for k in ("train_size", "group", "n")} for d in directions},
+           "common_directions": common, "missing": missing, "systems": OrderedDict()}
     for name, seeds in systems.items():
         out["systems"][name] = {
             "seeds": len(seeds),
             "directions": {d: {m: significance.seed_summary(_seed_values(seeds, d, m)) for m in metrics}
                            for d in directions},
-            "averages": _group_summaries(seeds, metrics),
+            "averages": _group_summaries(seeds, metrics, common),
         }
     if baseline is None:
         return out
@@ -131,6 +134,23 @@ def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, me
         if test and tested:
             entry["significance"] = _significance(systems[baseline], systems[name], directions, n_samples)
     return out
+
+
+def direction_sets(runs):
+    """(every direction in first-appearance order, those every run has, {direction: [runs lacking it]});
+    refuses runs that share none (their averages would compare different test sets)."""
+    directions = list(dict.fromkeys(d for _, res in runs for d in res["directions"]))
+    missing = OrderedDict()
+    for d in directions:
+        lacking = list(dict.fromkeys(name for name, res in runs if d not in res["directions"]))
+        if lacking:
+            missing[d] = lacking
+    common = [d for d in directions if d not in missing]
+    if not common:
+        sets = "; ".join(f"{name}: {','.join(res['directions'])}" for name, res in runs)
+        raise EvaluationError(f"the runs share no direction ({sets}): compare runs evaluated on the same directions "
+                              "(evaluate --directions)")
+    return directions, common, dict(missing)
 
 
 # ----------------------------------------------------------------------------- markdown
@@ -174,10 +194,11 @@ def comparison_markdown(cmp: Dict) -> str:
                 ", seeds concatenated)" if max(seeds.values()) > 1 else ")")
         lines += [f"{label}{note}:", "", "| direction | train pairs | group | sentences | " + " | ".join(names) + " |",
                   "|---|---:|---|---:|" + "---:|" * len(names)]
+        missing = cmp.get("missing") or {}
         for d, info in cmp["directions"].items():
             cells = [_marked(_cell(e["directions"][d][metric]), _test(e, d, metric)) for e in cmp["systems"].values()]
-            lines.append(f"| {d} | {_fmt(info['train_size'])} | {info.get('group') or '-'} | {_fmt(info['n'])} | "
-                         + " | ".join(cells) + " |")
+            lines.append(f"| {d}{'*' if d in missing else ''} | {_fmt(info['train_size'])} | {info.get('group') or '-'} "
+                         f"| {_fmt(info['n'])} | " + " | ".join(cells) + " |")
         first = next(iter(cmp["systems"].values()))
         for group in first["averages"]:
             cells = [_cell(e["averages"].get(group, {}).get(metric, {"mean": None})) for e in cmp["systems"].values()]
@@ -192,6 +213,11 @@ def comparison_markdown(cmp: Dict) -> str:
             if any(pooled):
                 lines.append("| p, all directions pooled |  |  |  | "
                              + " | ".join("-" if t is None else significance.format_p(t["p_value"]) for t in pooled) + " |")
+        if missing:
+            n = len(cmp["common_directions"])
+            lines.append("\n* not in every run (" + "; ".join(f"{d}: not in {', '.join(r)}" for d, r in missing.items())
+                         + f"): left out of the averages, which are over the {n} direction{'s' * (n != 1)} every run "
+                         "has")
         lines.append("")
         lines += _significance_table(cmp, metric)
     notes = {e["significance"]["note"] for e in cmp["systems"].values() if "note" in (e.get("significance") or {})}
@@ -250,8 +276,11 @@ def read_runs(items: Sequence[str]) -> List[Tuple[str, dict]]:
         if not os.path.isfile(path):
             raise EvaluationError(f"results JSON not found: {path} (write one with `langshare evaluate --out-json`)")
         results = _read_json(path, "results JSON")
-        rows = results.get("directions") if isinstance(results, dict) else None
-        if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
+        kind = json_kind(results)
+        if kind is not None and kind != EVALUATE_JSON:
+            raise EvaluationError(f"{path} is {kind}, not `langshare evaluate` results: pass files written by "
+                                  "langshare evaluate --out-json")
+        if kind is None:
             raise EvaluationError(f"{path} is not a `langshare evaluate` results file (no 'directions' table of "
                                   "per-direction scores): pass files written by langshare evaluate --out-json")
         runs.append((name, results))

@@ -505,9 +505,11 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
                               f"e.g. checkpoints/checkpoint_best.pt)")
     checkpoint = os.path.abspath(checkpoint)
     baseline_path = baseline if isinstance(baseline, (str, os.PathLike)) else None
+    protected = {"corpus": corpus_dir if os.path.isdir(corpus_dir) else None, "run": os.path.dirname(checkpoint)}
     for flag, path, others in (("--out-json", out_json, []), ("--out-md", out_md, [out_json])):
-        if path:  # fail now, not after decoding
-            check_writable(path, flag, inputs=[checkpoint, baseline_path, *others])
+        if path:  # fail now, not after decoding; never over a corpus or run file evaluate did not write
+            check_writable(path, flag, inputs=[checkpoint, baseline_path, *others], protected=protected,
+                           own=_own_output, command="evaluate")
     resource_groups({}, high_threshold, low_threshold)  # validates the options before decoding
     bleu_tokenizer("", bleu_tokenize)
     _, spbleu_note = spbleu_tokenizer(spbleu_tokenize)
@@ -616,8 +618,27 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
                                 "wins": wins, "directions": total}
         results["significance"] = baseline_significance(results, baseline_results)
     outputs = {out_json: json_text(results) if out_json else None, out_md: to_markdown(results) if out_md else None}
-    write_files_atomic({path: text for path, text in outputs.items() if path})  # both of this run, or neither
+    try:
+        write_files_atomic({path: text for path, text in outputs.items() if path})  # both of this run, or neither
+    except OSError as error:  # a full disk: the results are not lost with the files
+        raise ResultsNotWritten(results, out_json or out_md, "--out-json" if out_json else "--out-md", error) from None
     return results
+
+
+class ResultsNotWritten(EvaluationError):
+    """The results were computed but their files could not be written; ``results`` holds them."""
+
+    def __init__(self, results, path, flag, error):
+        self.results = results
+        super().__init__(f"cannot write {flag} {path}: {error.strerror or error}; the results are printed above: "
+                         "free some space and evaluate again")
+
+
+def _own_output(path) -> bool:
+    """Whether ``path`` is an earlier output of evaluate (its results JSON or markdown table)."""
+    from .result_kinds import EVALUATE_JSON, EVALUATE_MARKDOWN, file_kind
+
+    return file_kind(path) in (EVALUATE_JSON, EVALUATE_MARKDOWN)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -631,6 +652,8 @@ def _run(args):
             bleu_tokenize=args.bleu_tokenize, spbleu_tokenize=args.spbleu_tokenize, win_metric=args.win_metric,
         )
     except (EvaluationError, FileNotFoundError) as e:
+        if isinstance(e, ResultsNotWritten):
+            print(to_markdown(e.results), flush=True)
         print(f"langshare evaluate: error: {e}", file=sys.stderr)  # one line, exit 2 like `langshare`
         raise SystemExit(2) from None
     print(to_markdown(results))

@@ -168,7 +168,8 @@ def test_option_errors_are_the_last_line_of_fairseq_train(corpus, tmp_path, case
         "task-without-ids": (["--arch", "clsr_transformer_tiny", "--task", "translation_multi_simple_epoch"],
                              "multilingual_langshare"),
         "sampling-temperature-0": (["--sampling-method", "temperature", "--sampling-temperature", "0"],
-                                   "--sampling-temperature 0.0: the temperature must be > 0"),
+                                   "--sampling-temperature 0.0 is outside (0, inf): pairs are sampled in proportion "
+                                   "to n^(1/T)"),
     }[case]
     argv = task_args(corpus) + TRAIN + ["--max-update", "2", "--save-dir", str(tmp_path / "s")]
     for flag in flags[::2]:

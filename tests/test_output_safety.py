@@ -44,7 +44,7 @@ def run_copy(run, tmp_path):
     ("--out-json", "manifest.json"),
     ("--out-md", "spm.model"),
     ("--out-json", "bin/dict.en.txt"),
-    ("--out-md", "CKPT/checkpoint_best.pt"),  # a checkpoint of the run, not the one evaluated
+    ("--out-md", "CKPT/checkpoint_1_2.pt"),  # a checkpoint of the run, not the one evaluated
     ("--out-json", "CKPT/train.log"),
 ])
 def test_evaluate_never_writes_over_a_corpus_or_run_file(run_copy, eval_corpus, tmp_path, capsys, no_decoding, flag,
@@ -88,9 +88,10 @@ def test_a_full_disk_while_evaluate_writes_prints_the_results_first(run, eval_co
     capsys.readouterr()
     from fairseq_langshare import cli
 
-    code = cli.main(["evaluate", str(run / "checkpoint_last.pt"), str(eval_corpus), "--directions", "en-xx",
-                     "--out-json", str(out_json)])
-    captured = capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["evaluate", str(run / "checkpoint_last.pt"), str(eval_corpus), "--directions", "en-xx",
+                  "--out-json", str(out_json)])
+    code, captured = exit_.value.code, capsys.readouterr()
     assert code == 2
     assert "| en-xx |" in captured.out  # the table, on stdout, before the error
     assert captured.err.strip().splitlines()[-1] == (
