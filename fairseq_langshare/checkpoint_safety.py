@@ -57,6 +57,10 @@ class NotACheckpointError(CheckpointError):
     pass
 
 
+class MissingCheckpointError(CheckpointError, FileNotFoundError):
+    pass
+
+
 def _explain(path, error: Exception) -> str:
     first = str(error).strip().splitlines()
     detail = next((line for line in first if "Unsupported global" in line or "GLOBAL" in line), first[0] if first else "")
@@ -164,7 +168,7 @@ def require_checkpoint(path, flag: str, what: str = "a checkpoint file") -> None
     fix = f"pass {what}" + (f", e.g. {example}" if example else "")
     if os.path.isdir(path):
         raise CheckpointError(f"{flag} {path} is a directory; {fix}")
-    raise CheckpointError(f"{flag} {path}: no such checkpoint; {fix}")
+    raise MissingCheckpointError(f"{flag} {path}: no such checkpoint; {fix}")
 
 
 class _NoRetryTraceback(logging.Filter):

@@ -10,7 +10,6 @@ refused before anything is translated.
 """
 
 import io
-import json
 import logging
 import os
 import random
