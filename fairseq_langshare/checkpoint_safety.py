@@ -185,12 +185,10 @@ class CheckpointSaveError(CheckpointError, OSError):
 def _save_failed(filename, error) -> CheckpointSaveError:
     last = os.path.join(os.path.dirname(os.path.abspath(filename)), "checkpoint_last.pt")
     why = error.strerror or str(error)
-    if os.path.isfile(last) and os.path.abspath(filename) != last:
-        keep = f"{last} is the last one saved: free some space (or fix the permissions) and run the same command " \
-               "again to resume from it"
-    elif os.path.isfile(last):
-        keep = f"{last} is the last one saved, unchanged: free some space (or fix the permissions) and run the same " \
-               "command again to resume from it"
+    if os.path.isfile(last):
+        unchanged = ", unchanged" if os.path.abspath(filename) == last else ""
+        keep = (f"{last} is the last one saved{unchanged}: free some space (or fix the permissions) and run the same "
+                "command again to resume from it")
     else:
         keep = "no checkpoint was saved yet: free some space (or fix the permissions) and train again"
     return CheckpointSaveError(f"cannot save checkpoint {filename}: {why}; {keep}")
@@ -214,9 +212,12 @@ def _wrap_saving(checkpoint_utils) -> None:
         checkpoint_utils.logger.addFilter(quiet)
         try:
             return original_save(obj, filename, async_write)
-        except OSError as error:
+        except OSError as error:  # a full disk, a lost permission: one line
             _remove(filename + ".tmp")
             raise _save_failed(filename, error) from None
+        except BaseException:  # a Ctrl-C, anything else: no half-written .tmp either
+            _remove(filename + ".tmp")
+            raise
         finally:
             checkpoint_utils.logger.removeFilter(quiet)
 
