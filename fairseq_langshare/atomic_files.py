@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Mapping, Optional, Union
 
-__all__ = ["OutputPathError", "check_writable", "check_directory_writable", "json_text", "write_atomic", "write_files_atomic", "write_text_atomic",
-           "write_json_atomic", "save_figure_atomic"]
+__all__ = ["OutputPathError", "check_writable", "check_directory_writable", "json_text", "write_atomic",
+           "write_files_atomic", "write_text_atomic", "write_json_atomic", "save_figure_atomic"]
 
 PathLike = Union[str, os.PathLike]
 

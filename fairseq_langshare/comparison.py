@@ -197,8 +197,9 @@ def comparison_markdown(cmp: Dict) -> str:
         missing = cmp.get("missing") or {}
         for d, info in cmp["directions"].items():
             cells = [_marked(_cell(e["directions"][d][metric]), _test(e, d, metric)) for e in cmp["systems"].values()]
-            lines.append(f"| {d}{'*' if d in missing else ''} | {_fmt(info['train_size'])} | {info.get('group') or '-'} "
-                         f"| {_fmt(info['n'])} | " + " | ".join(cells) + " |")
+            name = d + ("*" if d in missing else "")
+            lines.append(f"| {name} | {_fmt(info['train_size'])} | {info.get('group') or '-'} | {_fmt(info['n'])} | "
+                         + " | ".join(cells) + " |")
         first = next(iter(cmp["systems"].values()))
         for group in first["averages"]:
             cells = [_cell(e["averages"].get(group, {}).get(metric, {"mean": None})) for e in cmp["systems"].values()]
@@ -321,7 +322,8 @@ def add_subcommand(subparsers):
     c.add_argument("--baseline", default=None, help="NAME of the system the win ratios and tests are against")
     c.add_argument("--metrics", default="bleu,chrf", help="comma-separated metrics: bleu, chrf, spbleu")
     c.add_argument("--no-significance", action="store_true", help="skip the paired bootstrap tests")
-    c.add_argument("--bootstrap-samples", type=Range(1, why="resamples per test").of(int), default=significance.DEFAULT_SAMPLES,
+    c.add_argument("--bootstrap-samples", type=Range(1, why="resamples per test").of(int),
+                   default=significance.DEFAULT_SAMPLES,
                    help="paired bootstrap resamples per test (at least 1)")
     c.add_argument("--out-json", default=None, help="write the comparison (means, stds, tests) as JSON here")
     c.add_argument("--out-md", default=None, help="write the markdown tables here")

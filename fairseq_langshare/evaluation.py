@@ -676,10 +676,14 @@ def add_subcommand(subparsers):
     p.add_argument("--directions", default=None,
                    help="comma-separated SRC-TGT directions, zero-shot ones included; None: every direction "
                         "the checkpoint was trained on that has data in the split")
-    p.add_argument("--beam", type=Range(1, why="hypotheses kept per step; 1 is greedy").of(int), default=4, help="beam size")
-    p.add_argument("--lenpen", type=Range(why="fairseq-generate's exponent").of(float), default=1.0, help="length penalty")
-    p.add_argument("--max-tokens", type=Range(1, why="tokens per batch").of(int), default=4000, help="max tokens per generation batch")
-    p.add_argument("--batch-size", type=Range(1, why="sentences per batch").of(int), default=None, help="max sentences per generation batch")
+    p.add_argument("--beam", type=Range(1, why="hypotheses kept per step; 1 is greedy").of(int),
+                   default=4, help="beam size")
+    p.add_argument("--lenpen", type=Range(why="fairseq-generate's exponent").of(float),
+                   default=1.0, help="length penalty")
+    p.add_argument("--max-tokens", type=Range(1, why="tokens per batch").of(int),
+                   default=4000, help="max tokens per generation batch")
+    p.add_argument("--batch-size", type=Range(1, why="sentences per batch").of(int),
+                   default=None, help="max sentences per generation batch")
     p.add_argument("--high-threshold", type=Range(0, why="training pairs").of(int), default=10000,
                    help="a direction is high-resource when its non-English language has at least this many "
                         "training pairs")

@@ -32,7 +32,8 @@ def run(corpus, tmp_path_factory):
     torch.set_num_threads(1)
     save = tmp_path_factory.mktemp("faults") / "ckpt"
     try:
-        train(task_args(corpus) + TRAIN + ["--max-update", "4", "--save-interval-updates", "2", "--save-dir", str(save)])
+        train(task_args(corpus) + TRAIN + ["--max-update", "4", "--save-interval-updates", "2",
+                                           "--save-dir", str(save)])
     finally:
         torch.set_num_threads(threads)
     return save

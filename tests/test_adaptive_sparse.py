@@ -574,7 +574,8 @@ def test_analysis_cli_writes_scores_selection_and_pca(trained, tmp_path, capsys)
     (["--sparse-ffn-blocks", "5"], "does not divide"),
     (["--sparse-decoder-keep-heads", "5"], "outside 1..4"),
     (["--sparse-encoder-keep-layers", "3"], "outside 1..2"),
-    (["--sparse-logit-lr-scale", "0"], r"--sparse-logit-lr-scale 0.0 is outside \(0, inf\): a learning-rate multiplier"),
+    (["--sparse-logit-lr-scale", "0"], r"--sparse-logit-lr-scale 0.0 is outside \(0, inf\): a learning-rate "
+                                       "multiplier"),
     (["--sparse-types", "ffn", "--sparse-head-dim", "16"], "--sparse-head-dim 16: a head size > 0 that"),
     (["--sparse-layer-t-bar", "-1"], r"--sparse-layer-t-bar -1 is outside \[0, inf\): T-bar is a number of updates"),
 ])

@@ -154,14 +154,18 @@ def add_subcommand(subparsers) -> None:
     )
     parser.add_argument("model_dir", help="directory written by langshare export --format ctranslate2")
     parser.add_argument("--input", help="text file to translate (default, or -: stdin)")
-    parser.add_argument("--beam", type=Range(1, why="hypotheses kept per step; 1 is greedy").of(int), default=4, help="beam size; 1 is greedy (default %(default)s)")
-    parser.add_argument("--batch-size", type=Range(1, why="sentences per batch").of(int), default=32, help="sentences per batch (default %(default)s)")
-    parser.add_argument("--threads", type=Range(1, why="CPU threads").of(int), default=1, help="CPU threads per batch (default %(default)s)")
+    parser.add_argument("--beam", type=Range(1, why="hypotheses kept per step; 1 is greedy").of(int),
+                        default=4, help="beam size; 1 is greedy (default %(default)s)")
+    parser.add_argument("--batch-size", type=Range(1, why="sentences per batch").of(int),
+                        default=32, help="sentences per batch (default %(default)s)")
+    parser.add_argument("--threads", type=Range(1, why="CPU threads").of(int),
+                        default=1, help="CPU threads per batch (default %(default)s)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="(default %(default)s)")
     parser.add_argument("--lenpen", type=Range(why="fairseq-generate's exponent").of(float), default=1.0,
                         help="length penalty as fairseq-generate's --lenpen (default %(default)s)")
     parser.add_argument("--max-len-a", type=Range(0, why="target tokens per source token").of(float), default=0.0,
                         help="at most a * source length + b target tokens, as fairseq-generate (default %(default)s)")
-    parser.add_argument("--max-len-b", type=Range(0, why="target tokens").of(int), default=200, help="see --max-len-a (default %(default)s)")
+    parser.add_argument("--max-len-b", type=Range(0, why="target tokens").of(int),
+                        default=200, help="see --max-len-a (default %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     parser.set_defaults(func=_run)

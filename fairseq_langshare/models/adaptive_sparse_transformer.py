@@ -72,22 +72,28 @@ class AdaptiveSparseTransformerConfig(TransformerConfig):
         "help": "K: blocks the FFN inner dimension is cut into (must divide --encoder/decoder-ffn-embed-dim)",
         "range": Range(1, why="FFN blocks per layer")})
     sparse_encoder_keep_layers: int = field(default=0, metadata={
-        "help": "D': encoder layers each source language keeps (0: half of --encoder-layers, rounded up)", "range": _BUDGET})
+        "help": "D': encoder layers each source language keeps (0: half of --encoder-layers, rounded up)",
+        "range": _BUDGET})
     sparse_decoder_keep_layers: int = field(default=0, metadata={
-        "help": "D': decoder layers each target language keeps (0: half of --decoder-layers, rounded up)", "range": _BUDGET})
+        "help": "D': decoder layers each target language keeps (0: half of --decoder-layers, rounded up)",
+        "range": _BUDGET})
     sparse_encoder_keep_heads: int = field(default=0, metadata={
-        "help": "H': heads per encoder layer each source language keeps (0: half, rounded up)", "range": _BUDGET})
+        "help": "H': heads per encoder layer each source language keeps (0: half, rounded up)",
+        "range": _BUDGET})
     sparse_decoder_keep_heads: int = field(default=0, metadata={
-        "help": "H': heads per decoder layer each target language keeps (0: half, rounded up)", "range": _BUDGET})
+        "help": "H': heads per decoder layer each target language keeps (0: half, rounded up)",
+        "range": _BUDGET})
     sparse_head_dim: int = field(default=0, metadata={
         "help": "size of every attention head (0: embed_dim / attention_heads, fairseq's). With --sparse-types attn, "
                 "heads wider than that let the H' kept heads match a dense model's attention width, e.g. at d = 128 "
                 "5 heads of 32 with 4 kept (q/k/v project to 160, each language runs 128; docs/adaptive_sparse.md)",
         "range": Range(0, why="the size of a head (0: fairseq's)")})
     sparse_encoder_keep_blocks: int = field(default=0, metadata={
-        "help": "K': FFN blocks per encoder layer each source language keeps (0: half of K, rounded up)", "range": _BUDGET})
+        "help": "K': FFN blocks per encoder layer each source language keeps (0: half of K, rounded up)",
+        "range": _BUDGET})
     sparse_decoder_keep_blocks: int = field(default=0, metadata={
-        "help": "K': FFN blocks per decoder layer each target language keeps (0: half of K, rounded up)", "range": _BUDGET})
+        "help": "K': FFN blocks per decoder layer each target language keeps (0: half of K, rounded up)",
+        "range": _BUDGET})
     sparse_t_bar: Optional[int] = field(default=None, metadata={
         "help": "T-bar of Algorithm 1: updates of phase 1 (CE + c_s L_s); top-k selection from then on "
                 "(default: a 32nd of --max-update: phase 1 damps every component, docs/adaptive_sparse.md)",

@@ -77,7 +77,8 @@ class LatentDepthTransformerConfig(TransformerConfig):
         "help": "updates over which beta grows linearly from 0 to --latent-kl-weight (default: a third of the sampling "
                 "phase; 0: no annealing)", "range": Range(0, why=_UPDATES)})
     latent_target_depth_weight: float = field(default=0.1, metadata={
-        "help": "lambda: weight of the target-depth loss L_K = |sum_l u_l - K| (Eq. 8)", "range": Range(0, why=_WEIGHT)})
+        "help": "lambda: weight of the target-depth loss L_K = |sum_l u_l - K| (Eq. 8)",
+        "range": Range(0, why=_WEIGHT)})
     latent_encoder_target_depth: int = field(default=0, metadata={
         "help": "K for the encoder's latent layers (0: no target-depth loss)",
         "range": Range(0, why="layers of the encoder (at most --encoder-layers; 0: no target-depth loss)"),

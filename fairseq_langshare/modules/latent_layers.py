@@ -37,9 +37,9 @@ from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_from_state, scaled_value, set_scaled_value
 from .schedules import ScheduledModule, exponential_ramp, keep_horizons, linear_ramp
 
-__all__ = ["gumbel_sigmoid", "gumbel_logits", "bernoulli_kl", "kl_to_prior", "target_depth_loss", "keep_table", "LayerSelector",
-           "keep_from_state", "resolve_keep_rule", "alpha_from_state", "undecided_share", "PRIORS", "KEEP_RULES", "RUN", "SKIP",
-           "DECISIVE"]
+__all__ = ["gumbel_sigmoid", "gumbel_logits", "bernoulli_kl", "kl_to_prior", "target_depth_loss", "keep_table",
+           "LayerSelector", "keep_from_state", "resolve_keep_rule", "alpha_from_state", "undecided_share", "PRIORS",
+           "KEEP_RULES", "RUN", "SKIP", "DECISIVE"]
 
 PRIORS = ("uniform", "aggregated")
 KEEP_RULES = ("threshold", "top-k")

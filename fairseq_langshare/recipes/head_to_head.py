@@ -153,12 +153,14 @@ def add_subcommand(subparsers):
     p.add_argument("--directions", default="o2m,m2o", help="o2m, m2o or both (comma-separated)")
     p.add_argument("--seeds", default=[1, 2, 3], type=Range(1, why="a training seed").list_of(int),
                    help="comma-separated training seeds")
-    p.add_argument("--updates", type=Range(1, why="updates").of(int), default=DEFAULT_UPDATES, help="updates of every run")
+    p.add_argument("--updates", type=Range(1, why="updates").of(int),
+                   default=DEFAULT_UPDATES, help="updates of every run")
     p.add_argument("--runs-dir", default="runs/head_to_head", help="runs go to RUNS_DIR/<direction>/<model>/seed<k>/")
     p.add_argument("--corpus", action="append", metavar="DIRECTION=DIR",
                    help=f"corpus of a direction (default: {DEFAULT_CORPORA['o2m']} and {DEFAULT_CORPORA['m2o']}, "
                         "built as scripts/quality_lib.sh builds them when missing)")
-    p.add_argument("--jobs", type=Range(1, why="runs at a time").of(int), default=2, help="runs at a time, one thread each")
+    p.add_argument("--jobs", type=Range(1, why="runs at a time").of(int),
+                   default=2, help="runs at a time, one thread each")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: train without --cpu")
     p.add_argument("--import-run", nargs=3, action="append", metavar=("MODEL", "SEED", "DIR"),
                    help="link a finished run trained elsewhere with these settings (e.g. /work/runs/bin/train.sh) "

@@ -60,16 +60,25 @@ class MultilingualLangshareConfig(FairseqDataclass):
     target_lang: Optional[str] = field(default=None, metadata={"help": "inference target language", "argparse_alias": "-t"})
     keep_inference_langtok: bool = field(default=False, metadata={"help": "keep the target language token (--decoder-langtok) in the hypotheses of fairseq-generate/-interactive"})
     sampling_method: SAMPLING_METHODS = field(default="concat", metadata={"help": "how to sample data across language pairs"})
-    sampling_temperature: float = field(default=1.5, metadata={"help": "temperature T for --sampling-method temperature (p ~ n^(1/T))", "range": Range(0, low_open=True, why="pairs are sampled in proportion to n^(1/T): 1 follows the data sizes, larger values are flatter, the papers use 5")})
+    sampling_temperature: float = field(default=1.5, metadata={
+        "help": "temperature T for --sampling-method temperature (p ~ n^(1/T))",
+        "range": Range(0, low_open=True, why="pairs are sampled in proportion to n^(1/T): 1 follows the data sizes, "
+                                              "larger values are flatter, the papers use 5")})
     source_dict: Optional[str] = field(default=None, metadata={"help": "source dictionary overriding per-language dictionaries"})
     target_dict: Optional[str] = field(default=None, metadata={"help": "target dictionary overriding per-language dictionaries"})
     lang_tok_style: str = field(default="multilingual", metadata={"help": "language token style: multilingual (__xx__) or mbart ([xx])"})
     load_alignments: bool = field(default=False, metadata={"help": "load the binarized alignments"})
     left_pad_source: str = field(default="True", metadata={"help": "pad the source on the left"})
     left_pad_target: str = field(default="False", metadata={"help": "pad the target on the left"})
-    max_source_positions: int = field(default=1024, metadata={"help": "max number of tokens in the source sequence", "range": Range(1, why="a sentence's tokens")})
-    max_target_positions: int = field(default=1024, metadata={"help": "max number of tokens in the target sequence", "range": Range(1, why="a sentence's tokens")})
-    upsample_primary: int = field(default=1, metadata={"help": "amount to upsample primary dataset", "range": Range(1, why="copies of the primary dataset")})
+    max_source_positions: int = field(default=1024, metadata={
+        "help": "max number of tokens in the source sequence",
+        "range": Range(1, why="the most tokens a sentence may have")})
+    max_target_positions: int = field(default=1024, metadata={
+        "help": "max number of tokens in the target sequence",
+        "range": Range(1, why="the most tokens a sentence may have")})
+    upsample_primary: int = field(default=1, metadata={
+        "help": "amount to upsample primary dataset",
+        "range": Range(1, why="copies of the primary dataset")})
     truncate_source: bool = field(default=False, metadata={"help": "truncate source to max-source-positions"})
     encoder_langtok: Optional[LANGTOK_SIDES] = field(default=None, metadata={"help": "prepend the source or target language token to the source"})
     decoder_langtok: bool = field(default=False, metadata={"help": "prepend the target language token to the target"})
@@ -83,8 +92,12 @@ class MultilingualLangshareConfig(FairseqDataclass):
     langtoks: Optional[str] = field(default=None, metadata={"help": "dict of how to add language tokens per data type"})
     sampling_weights_from_file: Optional[str] = field(default=None, metadata={"help": "file with a dict of sampling weights"})
     sampling_weights: Optional[str] = field(default=None, metadata={"help": "dict of sampling weights per data set"})
-    virtual_epoch_size: Optional[int] = field(default=None, metadata={"help": "virtual epoch size to speed up data loading", "range": Range(1, why="sentences per virtual epoch")})
-    virtual_data_size: Optional[int] = field(default=None, metadata={"help": "virtual data size of the whole joint dataset", "range": Range(1, why="sentences")})
+    virtual_epoch_size: Optional[int] = field(default=None, metadata={
+        "help": "virtual epoch size to speed up data loading",
+        "range": Range(1, why="sentences per virtual epoch")})
+    virtual_data_size: Optional[int] = field(default=None, metadata={
+        "help": "virtual data size of the whole joint dataset",
+        "range": Range(1, why="sentences")})
     # read by fairseq's data manager from the task options
     seed: int = II("common.seed")
     dataset_impl: Optional[str] = II("dataset.dataset_impl")
