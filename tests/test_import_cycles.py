@@ -124,8 +124,6 @@ KNOWN = {
     ("fairseq_langshare", "fairseq_langshare.models", "fairseq_langshare.models.clsr_transformer",
      "fairseq_langshare.export", "fairseq_langshare.deploy.ctranslate2_export",
      "fairseq_langshare"): "export -> deploy -> the package (the transformers-export change)",
-    ("fairseq_langshare.recipes.head_to_head_record", "fairseq_langshare.recipes.head_to_head_runs",
-     "fairseq_langshare.recipes.head_to_head_record"): "head-to-head record <-> runs (the head-to-head of record)",
 }
 
 
