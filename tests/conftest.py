@@ -45,6 +45,6 @@ def eval_corpus(corpus, tmp_path):
     root = tmp_path / "corpus"
     shutil.copytree(corpus["bin"], root / "bin")
     shutil.copytree(corpus["raw"], root / "raw")
-    (root / "manifest.json").write_text(json.dumps({"pivot": "en", "data_bin": "bin",
+    (root / "manifest.json").write_text(json.dumps({"pivot": "en", "data_bin": "bin", "langs": corpus["langs"],
                                                     "train_pairs_per_language": {"xx": 300, "yy": 300}}))
     return root
