@@ -378,3 +378,16 @@ def test_report_only_reproduces_the_committed_results(tmp_path, monkeypatch):
                  "readme": os.path.join(REPO, "README.md")}
     a, b = _bytes(committed), _bytes(paths)
     assert [k for k in a if a[k] != b[k]] == [], "run `langshare head-to-head --report-only` and commit its outputs"
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_bootstrap_samples_below_one_refused(tmp_path, capsys, value):
+    """Was: 0 became the default 1000 (``n_samples or DEFAULT``), a report of other tests than asked for."""
+    paths = _outputs(tmp_path)
+    make_record(tmp_path / "record", models=("baseline", "lsl"), seeds=(1,))
+    code = cli.main(["head-to-head", "--report-only", "--record-dir", str(tmp_path / "record"), "--bootstrap-samples",
+                     value, "--out-json", paths["out_json"], "--out-md", paths["out_md"], "--figure",
+                     paths["figure"], "--readme", paths["readme"]])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1 and f"--bootstrap-samples {value}: pass at least 1" in err[0], err
+    assert not os.path.exists(paths["out_json"])

@@ -123,7 +123,7 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
     Returns the runs (``report_only``: the results JSON)."""
     stream = stream or sys.stdout
     head_to_head_report.check_outputs(out_json, out_md, figure, readme)  # not after hours of training
-    n_samples = n_samples or significance.DEFAULT_SAMPLES
+    n_samples = significance.DEFAULT_SAMPLES if n_samples is None else n_samples
     if n_samples < 1:
         raise ValueError(f"--bootstrap-samples {n_samples}: pass at least 1 (the default is "
                          f"{significance.DEFAULT_SAMPLES})")
