@@ -242,7 +242,8 @@ def test_readme_standings_come_from_the_json(reported):
     latent = next(line for line in block.splitlines() if line.startswith("| latent depth (`latent_depth`) |"))
     assert latent.count("not yet recorded") == 9  # a model the record has no run of
     assert ("**Which method to use?** O2M (seeds 1, 2, 3): use **LSL** (better on BLEU and chrF; equal inference "
-            "cost). Behind the baseline: language adapters (BLEU and chrF). M2O: not yet recorded.") in block
+            "cost). Behind the baseline: language adapters (BLEU and chrF). Not compared (not yet recorded): baseline "
+            "(pre-norm), latent depth, adaptive sparse (FFN). M2O: not yet recorded.") in block
     # no record at all: no table, no advice
     empty = head_to_head_standings.standings_markdown(None)
     assert "**Not yet recorded**" in empty and "| model |" not in empty and "Which method" not in empty
@@ -391,3 +392,20 @@ def test_bootstrap_samples_below_one_refused(tmp_path, capsys, value):
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(err) == 1 and f"--bootstrap-samples {value}: pass at least 1" in err[0], err
     assert not os.path.exists(paths["out_json"])
+
+
+def test_the_advice_names_the_models_it_did_not_compare(tmp_path):
+    """Was: a direction with only the baseline recorded (or with models missing, e.g. failed runs)
+    advised "no model is better than the baseline ...: use the shared baseline", a conclusion about
+    models never compared."""
+    make_record(tmp_path / "record", models=("baseline",), seeds=(1,))
+    only = head_to_head_standings.standings_markdown(
+        head_to_head_report.build(str(tmp_path / "record"), 20, open(os.devnull, "w")))
+    assert "no model is better" not in only and "use the shared baseline" not in only
+    assert "O2M (seeds 1): only the baseline is recorded, no model is compared yet." in only
+    make_record(tmp_path / "record", models=("lsl",), seeds=(1,))
+    some = head_to_head_standings.standings_markdown(
+        head_to_head_report.build(str(tmp_path / "record"), 20, open(os.devnull, "w")))
+    advice = some[some.index("**Which method to use?**"):]
+    missing = ", ".join(m.label for m in MODELS if m.name not in ("baseline", "lsl"))
+    assert f"Not compared (not yet recorded): {missing}." in advice.split("M2O:")[0], advice

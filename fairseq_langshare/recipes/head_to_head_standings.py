@@ -6,7 +6,7 @@ Per model and direction, the verdict against the baseline over all test directio
 and the inference cost. The advice follows one rule per direction: a model is recommended when it is
 better than the baseline on at least one metric and worse on none, those better on both first (then
 by the BLEU delta); when no model is, the shared baseline is. A model or direction the record does
-not have yet reads "not yet recorded".
+not have yet reads "not yet recorded", and the advice names the models it did not compare.
 """
 
 from typing import Dict, Optional
@@ -58,6 +58,11 @@ def _advice(name: str, block: Optional[Dict], labels: Dict[str, str]) -> str:
     """Which model to use for one direction, by the rule of the module docstring."""
     if block is None:
         return f"{name.upper()}: {MISSING}."
+    head = f"{name.upper()} (seeds {', '.join(map(str, block['seeds']))}): "
+    compared = [m for m in block["models"] if m != BASELINE]
+    if not compared:
+        return head + "only the baseline is recorded, no model is compared yet."
+    missing = [label for model, label in labels.items() if model not in block["models"]]
     better, behind = [], []
     for model, entry in block["models"].items():
         if model == BASELINE or not entry.get("verdict"):
@@ -78,8 +83,8 @@ def _advice(name: str, block: Optional[Dict], labels: Dict[str, str]) -> str:
     else:
         advice = ("no model is better than the baseline on BLEU or chrF without being worse on the other: use the "
                   "shared baseline")
-    return f"{name.upper()} (seeds {', '.join(map(str, block['seeds']))}): {advice}." + (
-        f" Behind the baseline: {', '.join(behind)}." if behind else "")
+    return head + f"{advice}." + (f" Behind the baseline: {', '.join(behind)}." if behind else "") + (
+        f" Not compared ({MISSING}): {', '.join(missing)}." if missing else "")
 
 
 def standings_markdown(data: Optional[Dict]) -> str:
