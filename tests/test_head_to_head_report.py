@@ -23,7 +23,8 @@ from fairseq_langshare.recipes.head_to_head_models import MODELS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = "the a cat dog sat on mat house red blue green runs fast slow open file save quit".split()
 SAMPLES = 200  # bootstrap resamples: enough to order these systems, cheap
-PAIRS = {"o2m": ("en-xx", "en-yy"), "m2o": ("xx-en", "yy-en")}
+PAIRS = {"o2m": ("en-xx", "en-yy"), "m2o": ("xx-en", "yy-en"), "m2m": ("en-xx", "xx-en", "en-yy", "yy-en", "xx-yy")}
+ZERO_SHOT = ("xx-yy",)  # untrained: evaluate's zero-shot group
 # share of each sentence's words replaced, per model and seed: lsl better on every seed, clsr better
 # on seeds 1 and 3 and clearly worse on seed 2 (level whatever the p-value), adapters worse everywhere
 DAMAGE = {"baseline": (0.5, 0.5, 0.5), "lsl": (0.2, 0.25, 0.2), "clsr": (0.2, 0.8, 0.2), "adapters": (0.8, 0.8, 0.8)}
@@ -51,17 +52,19 @@ def _profile(name, pairs):
             "inference": {p: {"flops": FLOPS[name], "encoder": dict(stack), "decoder": dict(stack)} for p in pairs}}
 
 
-def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", updates=2000):
-    """One synthetic run's record, as ``head_to_head_runs.record_run`` lays it out."""
+def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", updates=2000, share=None):
+    """One synthetic run's record, as ``head_to_head_runs.record_run`` lays it out; ``share``:
+    {pair: share of words replaced} instead of DAMAGE's."""
     from sacrebleu.metrics import BLEU, CHRF
 
     pairs = PAIRS[direction]
-    hyps = {p: _damage(refs[p], DAMAGE[name][(seed - 1) % 3], zlib.crc32(f"{name} {seed} {p}".encode()))
-            for p in pairs}
+    hyps = {p: _damage(refs[p], (share or {}).get(p, DAMAGE[name][(seed - 1) % 3]),
+                       zlib.crc32(f"{name} {seed} {p}".encode())) for p in pairs}
     rows = {p: {"bleu": BLEU().corpus_score(hyps[p], [refs[p]]).score,
                 "chrf": CHRF().corpus_score(hyps[p], [refs[p]]).score, "spbleu": None,
                 "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-                "train_size": 5000 if p in ("en-xx", "xx-en") else 500, "group": "high" if "xx" in p else "low",
+                "train_size": None if p in ZERO_SHOT else 5000 if p in ("en-xx", "xx-en") else 500,
+                "group": "zero-shot" if p in ZERO_SHOT else "high" if "xx" in p else "low",
                 "n": len(refs[p])} for p in pairs}
     results = {"directions": rows, "hypotheses": hyps,
                "references": {p: {"path": f"/gone/test.{p}", "sha256": head_to_head_record._sha256_lines(refs[p]),
@@ -71,7 +74,8 @@ def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", upda
               "label": model.label, "arch": model.arch, "model_flags": list(model.argv(direction)),
               "reason": model.reason, "extra_compute": model.extra_compute or None,
               "train_flags": ["--lr", "0.002"], "evaluate_flags": ["--split", "test", "--beam", "4"],
-              "corpus": {"path": f"demo_run/corpus_{direction}", "langs": "en,xx,yy", "lang_pairs": ",".join(pairs)},
+              "corpus": {"path": f"demo_run/corpus_{direction}", "langs": "en,xx,yy",
+                         "lang_pairs": ",".join(p for p in pairs if p not in ZERO_SHOT)},
               "profile": _profile(name, pairs), "validation": {"loss": 5.0, "num_updates": float(updates)},
               "wall_seconds": {"train": 1000.0 + seed, "evaluate": 75.0},
               "provenance": {"package_commit": "a" * 40, "package_dirty": False,
@@ -409,3 +413,38 @@ def test_the_advice_names_the_models_it_did_not_compare(tmp_path):
     advice = some[some.index("**Which method to use?**"):]
     missing = ", ".join(m.label for m in MODELS if m.name not in ("baseline", "lsl"))
     assert f"Not compared (not yet recorded): {missing}." in advice.split("M2O:")[0], advice
+
+
+def test_a_set_with_zero_shot_directions_gets_a_verdict_for_each_kind(tmp_path):
+    """M2M: the supervised and the zero-shot directions pooled separately, by the same rule, in the
+    JSON, the tables and README's standings (was: one verdict over both pooled, which a gain on the
+    trained directions decides while the zero-shot ones, what the papers' claims are about, lose)."""
+    refs = {p: _sentences(40, i) for i, p in enumerate(PAIRS["m2m"])}
+    for seed in (1, 2):
+        write_run(tmp_path / "record", "m2m", "baseline", seed, refs, share={p: 0.5 for p in refs})
+        write_run(tmp_path / "record", "m2m", "lsl", seed, refs,
+                  share={p: 0.8 if p in ZERO_SHOT else 0.3 for p in refs})  # better trained, worse zero-shot
+    data = head_to_head_report.build(str(tmp_path / "record"), 50, open(os.devnull, "w"))
+    lsl = data["directions"]["m2m"]["models"]["lsl"]
+    for metric in ("bleu", "chrf"):
+        kinds = {kind: v[metric]["verdict"] for kind, v in lsl["verdict_by_kind"].items()}
+        assert kinds == {"supervised": "better", "zero-shot": "worse"}, kinds
+        zero = lsl["verdict_by_kind"]["zero-shot"][metric]
+        assert zero["delta"] < 0 and max(zero["seed_deltas"]) < 0 and zero["p_value"] < 0.05
+        assert lsl["verdict_by_kind"]["zero-shot"]["directions"] == list(ZERO_SHOT)
+    assert data["directions"]["m2m"]["models"]["baseline"]["verdict_by_kind"] is None
+    section = head_to_head_report.markdown(data)
+    assert "| zero-shot (pooled) | **worse** " in section and "| supervised (pooled) | **better** " in section
+    block = head_to_head_standings.standings_markdown(data)
+    row = next(line for line in block.splitlines() if line.startswith("| LSL (`lsl`) |"))
+    m2m_bleu = [c.strip() for c in row.split("|")[2:-1]][4]
+    assert m2m_bleu.startswith("supervised **better** +") and "; zero-shot **worse** -" in m2m_bleu, m2m_bleu
+    advice = block[block.index("M2M (seeds 1, 2)"):]
+    assert advice.startswith("M2M (seeds 1, 2): supervised directions: use **LSL** (better on BLEU and chrF; "
+                             "equal inference cost); zero-shot directions: no model is better"), advice
+    assert "Behind the baseline on the zero-shot directions: LSL (BLEU and chrF)." in advice
+    # a set without zero-shot directions has no such split
+    make_record(tmp_path / "o2m", models=("baseline", "lsl"), seeds=(1,))
+    o2m = head_to_head_report.build(str(tmp_path / "o2m"), 20, open(os.devnull, "w"))
+    assert o2m["directions"]["o2m"]["models"]["lsl"]["verdict_by_kind"] is None
+    assert "(pooled) |" not in head_to_head_report.markdown(o2m).replace("all (pooled) |", "")

@@ -104,10 +104,18 @@ def _pooled(system: Dict) -> Dict:
     return sig.get("pooled") or {}
 
 
+def _verdicts(pooled: Dict) -> Optional[Dict]:
+    """{metric: verdict, delta, p-value, each seed's delta} of a pooled test, if tested."""
+    return {m: {"verdict": pooled[m]["verdict"], "delta": pooled[m]["seeds_concatenated"]["delta"],
+                "p_value": pooled[m]["seeds_concatenated"]["p_value"], "seed_deltas": pooled[m]["seed_deltas"]}
+            for m in METRICS if m in pooled} or None
+
+
 def _model_entry(name: str, seeds: List[Dict], cmp: Dict, cost: Dict, record_dir: str) -> Dict:
     first = seeds[0]
     system = cmp["systems"][name]
     pooled = _pooled(system)
+    kinds = (system.get("significance") or {}).get("pooled_subsets")
     return {
         "label": first["label"], "arch": first["arch"], "flags": first["model_flags"], "reason": first["reason"],
         "extra_compute": first["extra_compute"],
@@ -124,9 +132,10 @@ def _model_entry(name: str, seeds: List[Dict], cmp: Dict, cost: Dict, record_dir
         "pooled_p_value": {m: pooled[m]["seeds_concatenated"]["p_value"] for m in METRICS if m in pooled} or None,
         "pooled_p_value_per_seed": {m: [t["p_value"] for t in pooled[m]["per_seed"]] for m in METRICS
                                     if m in pooled} or None,
-        "verdict": {m: {"verdict": pooled[m]["verdict"], "delta": pooled[m]["seeds_concatenated"]["delta"],
-                        "p_value": pooled[m]["seeds_concatenated"]["p_value"], "seed_deltas": pooled[m]["seed_deltas"]}
-                    for m in METRICS if m in pooled} or None,
+        "verdict": _verdicts(pooled),
+        # a set with zero-shot directions: the supervised and the zero-shot ones each pooled on its own
+        "verdict_by_kind": {kind: {"directions": row["directions"], **_verdicts(row)} for kind, row in kinds.items()}
+                           if kinds else None,
     }
 
 
