@@ -448,3 +448,30 @@ def test_a_set_with_zero_shot_directions_gets_a_verdict_for_each_kind(tmp_path):
     o2m = head_to_head_report.build(str(tmp_path / "o2m"), 20, open(os.devnull, "w"))
     assert o2m["directions"]["o2m"]["models"]["lsl"]["verdict_by_kind"] is None
     assert "(pooled) |" not in head_to_head_report.markdown(o2m).replace("all (pooled) |", "")
+
+
+def test_a_head_to_head_outside_the_record_leaves_the_records_report_alone(tmp_path, monkeypatch, capsys):
+    """Was: `langshare head-to-head --directions o2m` (docs/head_to_head.md), recording into
+    RUNS_DIR/record, rewrote docs/results/head_to_head.json, docs/results.md's section, the figure
+    and README's standings with its own runs. Its report now goes beside its runs; the head-to-head
+    of record (--record-dir docs/results/head_to_head) and --report-only still write the repository's."""
+    monkeypatch.chdir(tmp_path)
+    repository = _outputs(tmp_path)  # docs/results.md and README.md as the repository has them
+    before = _bytes({"out_md": repository["out_md"], "readme": repository["readme"]})
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "manifest.json").write_text("{}")
+
+    def execute(runs, jobs, device="cpu", stream=None, record_dir=None):  # the runs, as recorded
+        make_record(record_dir, models=("baseline", "lsl"), seeds=(1,))
+        return []
+
+    monkeypatch.setattr(head_to_head, "execute", execute)
+    monkeypatch.setattr(head_to_head, "print_plan", lambda runs, jobs, stream=None: ([], {}))
+    assert cli.main(["head-to-head", "--models", "baseline,lsl", "--directions", "o2m", "--seeds", "1",
+                     "--corpus", f"o2m={corpus}", "--runs-dir", "runs", "--bootstrap-samples", "20"]) in (0, None)
+    assert _bytes({"out_md": repository["out_md"], "readme": repository["readme"]}) == before
+    assert not os.path.exists(repository["out_json"]) and not os.path.exists(repository["figure"])
+    assert json.load(open("runs/head_to_head.json"))["record"]["dir"] == os.path.join("runs", "record")
+    assert os.path.isfile("runs/head_to_head.png") and head_to_head_report.START in open("runs/results.md").read()
+    assert head_to_head_standings.START in open("runs/standings.md").read()
