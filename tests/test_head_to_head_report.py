@@ -17,6 +17,7 @@ import zlib
 import pytest
 
 from fairseq_langshare import cli, significance
+from fairseq_langshare.atomic_files import json_text
 from fairseq_langshare.recipes import head_to_head, head_to_head_record, head_to_head_report, head_to_head_standings
 from fairseq_langshare.recipes.head_to_head_models import MODELS
 
@@ -475,3 +476,16 @@ def test_a_head_to_head_outside_the_record_leaves_the_records_report_alone(tmp_p
     assert json.load(open("runs/head_to_head.json"))["record"]["dir"] == os.path.join("runs", "record")
     assert os.path.isfile("runs/head_to_head.png") and head_to_head_report.START in open("runs/results.md").read()
     assert head_to_head_standings.START in open("runs/standings.md").read()
+
+
+def test_the_report_does_not_depend_on_how_the_record_dir_is_spelled(tmp_path, monkeypatch):
+    """Was: `--record-dir /abs/path/docs/results/head_to_head` wrote that machine's path into the
+    JSON, the section and README (so the README test took it for another record), and sent the
+    report into docs/results/ instead of the repository's files."""
+    monkeypatch.chdir(tmp_path)
+    make_record(head_to_head_record.RECORD_DIR, models=("baseline", "lsl"), seeds=(1,))
+    spelled = [head_to_head_record.RECORD_DIR, str(tmp_path / head_to_head_record.RECORD_DIR),
+               "./" + head_to_head_record.RECORD_DIR + "/"]
+    texts = {json_text(head_to_head_report.build(d, 20, open(os.devnull, "w"))) for d in spelled}
+    assert len(texts) == 1 and json.loads(texts.pop())["record"]["dir"] == head_to_head_record.RECORD_DIR
+    assert all(head_to_head.report_outputs(d)["readme"] == "README.md" for d in spelled)

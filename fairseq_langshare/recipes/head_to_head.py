@@ -114,7 +114,7 @@ def report_outputs(record_dir: str) -> Dict[str, str]:
     (``head_to_head_record.RECORD_DIR``) the repository's results JSON, results section, figure and
     README; for any other record, files in the folder that holds it (RUNS_DIR for the default
     RUNS_DIR/record), so that a trial run never rewrites the record's report."""
-    if os.path.normpath(record_dir) == os.path.normpath(head_to_head_record.RECORD_DIR):
+    if head_to_head_report.record_path(record_dir) == head_to_head_record.RECORD_DIR:
         return {"out_json": "docs/results/head_to_head.json", "out_md": "docs/results.md",
                 "figure": "docs/img/head_to_head.png", "readme": "README.md"}
     beside = os.path.dirname(os.path.normpath(record_dir))

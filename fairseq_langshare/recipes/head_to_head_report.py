@@ -180,6 +180,12 @@ def _block(record_dir: str, direction: str, models: Dict[str, List[Dict]], n_sam
     }
 
 
+def record_path(record_dir: str) -> str:
+    """How the report names the record: relative to the working directory (the repository's root
+    for the head-to-head of record), however it was spelled, so that no machine's path gets in."""
+    return os.path.relpath(os.path.abspath(record_dir))
+
+
 def build(record_dir: str, n_samples: int = significance.DEFAULT_SAMPLES, stream=None) -> Dict:
     """The results JSON of the record in ``record_dir``: a block per direction whose baseline is
     recorded, on the seeds every model of the direction has."""
@@ -193,10 +199,11 @@ def build(record_dir: str, n_samples: int = significance.DEFAULT_SAMPLES, stream
         print(f"not reported (not every model of the direction has that seed, or no baseline): {', '.join(left_out)}",
               file=stream)
     blocks = {d: _block(record_dir, d, m, n_samples, left_out, stream) for d, m in models.items()}
+    where = record_path(record_dir)
     return {
         "generated": max((b["generated"] for b in blocks.values()), default=None),
-        "record": {"dir": os.path.normpath(record_dir), "format": head_to_head_record.FORMAT,
-                   "command": f"langshare head-to-head --report-only --record-dir {shlex.quote(os.path.normpath(record_dir))}"},
+        "record": {"dir": where, "format": head_to_head_record.FORMAT,
+                   "command": f"langshare head-to-head --report-only --record-dir {shlex.quote(where)}"},
         **settings, "baseline": BASELINE,
         "verdict_rule": f"better (worse) where the paired bootstrap of the seed-concatenated systems gives p < "
                         f"{significance.ALPHA} and their delta and every seed's delta are above (below) zero; level "
