@@ -134,7 +134,7 @@ def _model_entry(name: str, seeds: List[Dict], cmp: Dict, cost: Dict, record_dir
                                     if m in pooled} or None,
         "verdict": _verdicts(pooled),
         # a set with zero-shot directions: the supervised and the zero-shot ones each pooled on its own
-        "verdict_by_kind": {kind: {"directions": row["directions"], **_verdicts(row)} for kind, row in kinds.items()}
+        "verdict_by_kind": {kind: {"directions": row["directions"], **(_verdicts(row) or {})} for kind, row in kinds.items()}
                            if kinds else None,
     }
 
