@@ -7,8 +7,9 @@ several seeds, paired by position with the baseline's seeds. Per direction and p
 seeds; a direction counts as a win only when the system's seed mean is above the baseline's. With a
 baseline whose results hold hypotheses (``evaluate`` of this version stores them), every system is
 tested against it with sacrebleu's paired bootstrap (``significance.compare_to_baseline``), per
-direction and over all directions pooled, on each seed pair and on the seed-concatenated systems,
-and every comparison gets its verdict (``significance.verdict``: better / level / worse). Where
+direction and over all directions pooled (and, where zero-shot directions are compared beside
+trained ones, over each kind pooled on its own), on each seed pair and on the seed-concatenated
+systems, and every comparison gets its verdict (``significance.verdict``: better / level / worse). Where
 the results hold the off-target rate, a table of its seed mean and std per direction and group
 follows (``off_target.add_to_comparison``).
 """
@@ -77,7 +78,16 @@ def check_same_bleu_signatures(runs, directions):
                                   f"evaluate both again with the same --bleu-tokenize")
 
 
-def _significance(base_seeds, seeds, directions, n_samples, references=None, statistics=None):
+def direction_kinds(directions: Dict[str, Dict]) -> Dict[str, List[str]]:
+    """{"supervised": [...], "zero-shot": [...]} of a comparison's directions (by evaluate's group)
+    where it has both kinds, which are then also tested each pooled on its own; {} otherwise."""
+    zero = [d for d, info in directions.items() if info.get("group") == "zero-shot"]
+    if not zero or len(zero) == len(directions):
+        return {}
+    return {"supervised": [d for d in directions if d not in zero], "zero-shot": zero}
+
+
+def _significance(base_seeds, seeds, directions, n_samples, references=None, statistics=None, subsets=None):
     """compare_to_baseline on the directions both systems have hypotheses for, or a note why not.
     ``references``: {direction: {"sha256", "lines"}} to test against instead of the files the
     results name (e.g. a head-to-head record's)."""
@@ -100,7 +110,8 @@ def _significance(base_seeds, seeds, directions, n_samples, references=None, sta
             refs[d] = references[d]["lines"]
     tokenize = {d: significance.bleu_tokenization(seeds[0]["directions"][d].get("bleu_signature")) for d in have}
     return significance.compare_to_baseline([r["hypotheses"] for r in base_seeds], [r["hypotheses"] for r in seeds],
-                                            refs, tokenize, n_samples=n_samples, statistics=statistics)
+                                            refs, tokenize, n_samples=n_samples, statistics=statistics,
+                                            subsets=subsets)
 
 
 def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, metrics=("bleu", "chrf"),
@@ -149,7 +160,7 @@ def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, me
         entry["win_ratio"] = {m: _win(entry["directions"], base["directions"], directions, m) for m in metrics}
         if test and tested:
             entry["significance"] = _significance(systems[baseline], systems[name], directions, n_samples,
-                                                  references, statistics)
+                                                  references, statistics, direction_kinds(out["directions"]))
     return out
 
 
@@ -177,21 +188,25 @@ def _cell(summary):
     return _fmt(summary["mean"]) + (f" ± {summary['std']:.2f}" if summary["std"] is not None else "")
 
 
-def _row(entry, direction, metric):
-    """The tests of ``entry`` for a direction (None: pooled) and metric, if computed."""
+def _row(entry, direction, metric, kind=None):
+    """The tests of ``entry`` for a direction (None: pooled; with ``kind``, the directions of that
+    kind pooled, ``direction_kinds``) and metric, if computed."""
     sig = entry.get("significance") or {}
-    row = sig.get("pooled") if direction is None else (sig.get("directions") or {}).get(direction)
+    if kind is not None:
+        row = (sig.get("pooled_subsets") or {}).get(kind)
+    else:
+        row = sig.get("pooled") if direction is None else (sig.get("directions") or {}).get(direction)
     return (row or {}).get(metric)
 
 
-def _test(entry, direction, metric):
+def _test(entry, direction, metric, kind=None):
     """The seed-concatenated test of ``entry`` for a direction (None: pooled), if computed."""
-    return (_row(entry, direction, metric) or {}).get("seeds_concatenated")
+    return (_row(entry, direction, metric, kind) or {}).get("seeds_concatenated")
 
 
-def _verdict(entry, direction, metric):
+def _verdict(entry, direction, metric, kind=None):
     """The verdict of ``entry`` for a direction (None: pooled), if tested."""
-    return (_row(entry, direction, metric) or {}).get("verdict")
+    return (_row(entry, direction, metric, kind) or {}).get("verdict")
 
 
 def _marked(cell, verdict):
@@ -244,6 +259,9 @@ def comparison_markdown(cmp: Dict) -> str:
                              + " | ".join("-" if t is None else significance.format_p(t["p_value"]) for t in pooled) + " |")
                 lines.append("| verdict, all directions pooled |  |  |  | "
                              + " | ".join(_verdict(e, None, metric) or "-" for e in cmp["systems"].values()) + " |")
+                for kind in direction_kinds(cmp["directions"]):
+                    lines.append(f"| verdict, {kind} directions pooled |  |  |  | " + " | ".join(
+                        _verdict(e, None, metric, kind) or "-" for e in cmp["systems"].values()) + " |")
         if missing:
             n = len(cmp["common_directions"])
             lines.append("\n* not in every run (" + "; ".join(f"{d}: not in {', '.join(r)}" for d, r in missing.items())
@@ -273,20 +291,21 @@ def _significance_table(cmp, metric):
     lines = [f"{label} against {cmp['baseline']}: {what}, the system's 95% CI (bootstrap mean ± half-width) "
              f"({sig['n_samples']} paired bootstrap resamples, sacrebleu):", "",
              "| direction | " + " | ".join(n for n, _ in tested) + " |", "|---|" + "---:|" * len(tested)]
-    for d in list(cmp["directions"]) + [None]:
+    kinds = [(None, kind) for kind in direction_kinds(cmp["directions"])]
+    for d, kind in [(d, None) for d in list(cmp["directions"]) + [None]] + kinds:
         cells = []
         for _, e in tested:
-            t = _test(e, d, metric)
+            t = _test(e, d, metric, kind)
             if t is None:
                 cells.append("-")
                 continue
-            per_seed = _row(e, d, metric)["per_seed"]
+            per_seed = _row(e, d, metric, kind)["per_seed"]
             several = len(per_seed) > 1
             deltas = " [" + ", ".join(f"{s['delta']:+.2f}" for s in per_seed) + "]" if several else ""
             ps = " [" + ", ".join(significance.format_p(s["p_value"]) for s in per_seed) + "]" if several else ""
-            cells.append(f"**{_verdict(e, d, metric)}** {t['delta']:+.2f}{deltas}, p {significance.format_p(t['p_value'])}"
-                         f"{ps}, {t['system_mean']:.2f} ± {t['system_ci']:.2f}")
-        lines.append(f"| {d or 'all (pooled)'} | " + " | ".join(cells) + " |")
+            cells.append(f"**{_verdict(e, d, metric, kind)}** {t['delta']:+.2f}{deltas}, p "
+                         f"{significance.format_p(t['p_value'])}{ps}, {t['system_mean']:.2f} ± {t['system_ci']:.2f}")
+        lines.append(f"| {d or (kind or 'all') + ' (pooled)'} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
