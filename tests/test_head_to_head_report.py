@@ -391,12 +391,17 @@ def test_bootstrap_samples_below_one_refused(tmp_path, capsys, value):
     """Was: 0 became the default 1000 (``n_samples or DEFAULT``), a report of other tests than asked for."""
     paths = _outputs(tmp_path)
     make_record(tmp_path / "record", models=("baseline", "lsl"), seeds=(1,))
-    code = cli.main(["head-to-head", "--report-only", "--record-dir", str(tmp_path / "record"), "--bootstrap-samples",
-                     value, "--out-json", paths["out_json"], "--out-md", paths["out_md"], "--figure",
-                     paths["figure"], "--readme", paths["readme"]])
+    with pytest.raises(SystemExit) as exit_:  # refused when the command line is parsed (option_ranges)
+        cli.main(["head-to-head", "--report-only", "--record-dir", str(tmp_path / "record"), "--bootstrap-samples",
+                  value, "--out-json", paths["out_json"], "--out-md", paths["out_md"], "--figure",
+                  paths["figure"], "--readme", paths["readme"]])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code != 0 and len(err) == 1 and f"--bootstrap-samples {value}: pass at least 1" in err[0], err
+    assert exit_.value.code == 2 and err[-1] == ("langshare head-to-head: error: argument --bootstrap-samples: "
+                                                 f"{value} is outside [1, inf): resamples per test"), err
     assert not os.path.exists(paths["out_json"])
+    with pytest.raises(ValueError, match=f"--bootstrap-samples {value}: pass at least 1"):  # and by the library
+        head_to_head.head_to_head(report_only=True, record_dir=str(tmp_path / "record"), n_samples=int(value),
+                                  **paths)
 
 
 def test_the_advice_names_the_models_it_did_not_compare(tmp_path):
