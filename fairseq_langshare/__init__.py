@@ -7,12 +7,15 @@ fairseq's console scripts the plugin's errors are then printed as one line (``us
 process group is destroyed before the interpreter exits (``distributed_exit``).
 """
 
-from . import checkpoint_safety, distributed_exit, user_errors
+from .interrupts import interrupted_while_starting
 
-checkpoint_safety.install()
-user_errors.install()
-distributed_exit.install()
+with interrupted_while_starting():  # the `langshare` command: a Ctrl-C while torch and fairseq load is one line
+    from . import checkpoint_safety, distributed_exit, user_errors
 
-from . import criterions, models, tasks  # noqa: E402,F401
+    checkpoint_safety.install()
+    user_errors.install()
+    distributed_exit.install()
+
+    from . import criterions, models, tasks  # noqa: E402,F401
 
 __version__ = "0.1.0"
