@@ -55,7 +55,7 @@ METHODS: Dict[str, List[str]] = {
 }
 BACKENDS = ("pytorch_ddp", "legacy_ddp")
 TRAIN = ["--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
-         "--lr", "0.003", "--dropout", "0.0", "--seed", "5", "--num-workers", "0", "--cpu"]
+         "--lr", "0.003", "--dropout", "0.0", "--seed", "5", "--num-workers", "0"]
 
 
 def method_argv(method: str, size: str) -> List[str]:
@@ -63,10 +63,12 @@ def method_argv(method: str, size: str) -> List[str]:
 
 
 def fairseq_argv(data: str, langs: str, pairs: str, method_flags: Sequence[str], backend: str, world_size: int,
-                 rank: int, max_update: int, extra: Sequence[str] = ()) -> List[str]:
+                 rank: int, max_update: int, extra: Sequence[str] = (), device: str = "cpu") -> List[str]:
+    """fairseq-train's arguments for rank ``rank`` of ``world_size`` (on ``device``: cpu, or cuda:0)."""
     return [data, "--task", "multilingual_langshare", "--user-dir", PKG_DIR, "--langs", langs, "--lang-pairs", pairs,
             "--encoder-langtok", "tgt", *TRAIN, "--max-update", str(max_update), "--ddp-backend", backend,
-            "--distributed-world-size", str(world_size), "--distributed-rank", str(rank), *method_flags, *extra]
+            "--distributed-world-size", str(world_size), "--distributed-rank", str(rank), *method_flags, *extra,
+            *(["--cpu"] if device == "cpu" else ["--device-id", "0"])]
 
 
 def build(argv: Sequence[str], split: str):
@@ -163,13 +165,19 @@ def init_distributed() -> (int, int):
     return rank, world_size
 
 
-VARIANTS = {"plain": [], "checkpoint": ["--checkpoint-activations"], "broken": []}
+VARIANTS = {"plain": [], "checkpoint": ["--checkpoint-activations"], "broken": [], "first": [], "resume": []}
+SAVE_AT = 4  # "first" trains the plan's first SAVE_AT updates and saves; "resume" loads that and trains the rest
+
+
+def checkpoint_path(directory: str, method: str, backend: str, world_size: int) -> str:
+    return os.path.join(directory, f"{method}-{backend}-ws{world_size}.pt")
 
 
 def parse_runs(spec: str) -> List[tuple]:
     """``method/backend[/variant]`` items, comma-separated (variant: plain, checkpoint: with
-    --checkpoint-activations, broken: gradients left unsynchronised); ``all``: every method with
-    every backend, plain."""
+    --checkpoint-activations, broken: gradients left unsynchronised, first: the first SAVE_AT updates,
+    saved to --checkpoint-dir, resume: the rest, from the checkpoint the other world size saved);
+    ``all``: every method with every backend, plain."""
     if spec == "all":
         return [(m, b, "plain") for m in METHODS for b in BACKENDS]
     runs = []
@@ -190,6 +198,7 @@ def main(argv=None):
     parser.add_argument("--split", default="valid", help="the split the plan's indices refer to")
     parser.add_argument("--runs", default="all", help="method/backend[/variant],... (see parse_runs)")
     parser.add_argument("--size", default="tiny")
+    parser.add_argument("--checkpoint-dir", default=None, help="where the first/resume variants save and load")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -202,11 +211,21 @@ def main(argv=None):
         if world_size == 1:
             reseed_each_micro_batch(task, trainer, cfg)
         plan = equality_plan(task, args.split)
+        if variant == "resume":  # a world of the other size saved it (1 -> 2, 2 -> 1)
+            trainer.load_checkpoint(checkpoint_path(args.checkpoint_dir, method, backend, 3 - world_size))
+            plan = plan[trainer.get_num_updates():]
+        elif variant == "first":
+            plan = plan[:SAVE_AT]
         broken = variant == "broken" and world_size > 1
         losses = run_plan(trainer, task, args.split, plan, rank, world_size, break_sync=broken)
+        if variant == "first":  # as fairseq's checkpoint_utils.save_checkpoint does
+            trainer.consolidate_optimizer()
+            trainer.save_checkpoint(checkpoint_path(args.checkpoint_dir, method, backend, world_size), {})
         state = {k: v.detach().clone() for k, v in trainer.get_model().state_dict().items()}
-        results[(method, backend, variant)] = {"params": state, "losses": losses,
-                                               "num_updates": trainer.get_num_updates()}
+        wrapper = trainer.model.module if world_size > 1 else trainer.model  # under fairseq's ModuleProxyWrapper
+        results[(method, backend, variant)] = {
+            "params": state, "losses": losses, "num_updates": trainer.get_num_updates(),
+            "wrapper": type(wrapper).__name__, "find_unused": getattr(wrapper, "find_unused_parameters", None)}
     if rank == 0:
         torch.save(results, args.out)
     return results

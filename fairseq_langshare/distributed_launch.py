@@ -18,7 +18,8 @@ for ``fairseq-train`` and ``fairseq-hydra-train`` alike). With torchrun's variab
 process, each process is rank ``RANK`` of ``WORLD_SIZE`` on device ``LOCAL_RANK``, initialised from
 the environment (``env://``), on any number of nodes, GPUs or CPUs. Under ``srun`` with one task per
 process (more than one task, and either more than one per node or no GPU), it is rank
-``SLURM_PROCID`` of ``SLURM_NTASKS`` on device ``SLURM_LOCALID``, meeting at the first node of the
+``SLURM_PROCID`` of ``SLURM_NTASKS`` on device ``SLURM_LOCALID`` (modulo the GPUs it sees, as for
+``LOCAL_RANK``: a task that sees one GPU uses it), meeting at the first node of the
 step on ``--distributed-port``, or without one on a port drawn from ``SLURM_JOB_ID`` (the same in
 every task of a job). Everything else (an explicit ``--distributed-init-method``, one task per GPU
 node that spawns a process per GPU, a single process) is left to fairseq.
@@ -57,19 +58,27 @@ def slurm_port(job_id: Optional[str]) -> int:
     return random.Random(int(job_id)).randint(10000, 60000) if job_id and job_id.isdigit() else 29500
 
 
+def local_device(local_rank: int, gpus: int) -> int:
+    """The GPU of the process with this local rank among the ``gpus`` it sees: a node's processes
+    see all of its GPUs (device = local rank), or one each (``CUDA_VISIBLE_DEVICES`` per task:
+    device 0)."""
+    return local_rank % gpus if gpus > 0 else local_rank
+
+
 def launcher_placement(env: Mapping[str, str], gpus: int, port: int) -> Optional[Dict]:
     """``{launcher, init_method, world_size, rank, device_id}`` of this process when a launcher
     started one process per rank (torchrun, or srun with one task per rank), else None."""
     if all(key in env for key in TORCHRUN_KEYS) and int(env["WORLD_SIZE"]) > 1:
+        local = int(env.get("LOCAL_RANK", env["RANK"]))
         return {"launcher": "torchrun", "init_method": "env://", "world_size": int(env["WORLD_SIZE"]),
-                "rank": int(env["RANK"]), "device_id": int(env.get("LOCAL_RANK", int(env["RANK"]) % max(gpus, 1)))}
+                "rank": int(env["RANK"]), "device_id": local_device(local, gpus)}
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
     ntasks, nnodes = int(env.get("SLURM_NTASKS", "1") or 1), int(env.get("SLURM_NNODES", "1") or 1)
     if nodelist is None or "SLURM_PROCID" not in env or ntasks <= 1 or (ntasks <= nnodes and gpus > 0):
         return None  # one task per GPU node: fairseq spawns a process per GPU
     port = port if port > 0 else slurm_port(env.get("SLURM_JOB_ID"))
     return {"launcher": "srun", "init_method": f"tcp://{first_slurm_host(nodelist)}:{port}", "world_size": ntasks,
-            "rank": int(env["SLURM_PROCID"]), "device_id": int(env.get("SLURM_LOCALID", "0") or 0)}
+            "rank": int(env["SLURM_PROCID"]), "device_id": local_device(int(env.get("SLURM_LOCALID", "0") or 0), gpus)}
 
 
 def infer_init_method(cfg, force_distributed=False):
@@ -91,7 +100,7 @@ def infer_init_method(cfg, force_distributed=False):
     cfg.distributed_rank = found["rank"]
     cfg.device_id = found["device_id"]
     cfg.distributed_no_spawn = True  # the launcher started every process
-    if gpus > 0 and found["device_id"] < gpus:
+    if gpus > 0:
         torch.cuda.set_device(found["device_id"])
     logger.info("%s: rank %d of %d, device %d, %s", found["launcher"], found["rank"], found["world_size"],
                 found["device_id"], found["init_method"])
