@@ -85,7 +85,7 @@ def rank_main(args):
     rank, world_size = steps.init_distributed()
     barrier = torch.distributed.barrier
     configs = args.configs.split(",")
-    built = {}
+    built, params = {}, {}
     for config in configs:
         flags = steps.method_argv(method_of(config), args.size) + CONFIGS[config] + [
             "--max-tokens", "100000", "--required-batch-size-multiple", "1"]
@@ -99,6 +99,9 @@ def rank_main(args):
         task = two[0]
         batches = draw_batches(task, args.updates, 2, args.sentences, seed=args.seed)
         collate = lambda rows: steps.collate(task, "valid", rows)  # noqa: E731
+        model = two[1].get_model()
+        params[config] = {"total": sum(p.numel() for p in model.parameters()),
+                          "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
         built[config] = {"one": one and one[1], "two": two[1],
                          "batches_one": [[collate(b[0])] for b in batches],
                          "batches_two": [[collate(b[rank])] for b in batches]}
@@ -117,30 +120,35 @@ def rank_main(args):
                 results[config]["t2"].append(t2[0])
                 results[config]["cpu2"].append(t2[1])
     if rank == 0:
-        write(args, results)
+        write(args, results, params)
 
 
 def summary(results) -> Dict[str, dict]:
+    """Per configuration: the efficiency t(1 rank) / t(2 ranks) per update, wall clock and rank 0's
+    CPU time, and its ratio to the baseline's of the same repetition (medians, 95% bootstrap)."""
+    def efficiencies(r, kind):
+        return [a / b for a, b in zip(r[f"{kind}1"], r[f"{kind}2"])]
+
     out = {}
-    base = [a / b for a, b in zip(results["baseline"]["t1"], results["baseline"]["t2"])] if "baseline" in results else None
     for config, r in results.items():
-        eff = [a / b for a, b in zip(r["t1"], r["t2"])]
-        cpu_eff = [a / b for a, b in zip(r["cpu1"], r["cpu2"])]
-        row = {"efficiency": median_interval(eff), "cpu_efficiency": median_interval(cpu_eff),
-               "t1_ms": 1000 * float(torch.tensor(r["t1"]).median()), "t2_ms": 1000 * float(torch.tensor(r["t2"]).median())}
-        if base is not None:  # repetition by repetition: the baseline ran in the same repetition
-            row["vs_baseline"] = median_interval([e / b for e, b in zip(eff, base)])
+        row = {"t1_ms": 1000 * float(torch.tensor(r["t1"]).median()), "t2_ms": 1000 * float(torch.tensor(r["t2"]).median())}
+        for kind, name in (("t", "efficiency"), ("cpu", "cpu_efficiency")):
+            mine = efficiencies(r, kind)
+            row[name] = median_interval(mine)
+            if "baseline" in results:  # repetition by repetition: the baseline ran in the same repetition
+                base = efficiencies(results["baseline"], kind)
+                row[name.replace("efficiency", "vs_baseline")] = median_interval([e / b for e, b in zip(mine, base)])
         out[config] = row
     return out
 
 
-def write(args, results):
+def write(args, results, params):
     doc = {"name": "ddp-scaling", "date": datetime.date.today().isoformat(), "machine": machine(args.threads),
            "device": args.device, "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
            "backend": args.backend, "size": args.size, "sentences_per_rank_and_update": args.sentences,
            "updates_per_repetition": args.updates, "reps": args.reps, "warmup": args.warmup,
            "load_average_at_start": args.load, "load_average_at_end": list(os.getloadavg()),
-           "summary": summary(results), "raw": results}
+           "summary": summary(results), "params": params, "raw": results}
     with open(args.out + ".tmp", "w") as f:
         json.dump(doc, f, indent=1)
     os.replace(args.out + ".tmp", args.out)
@@ -173,11 +181,13 @@ def launch(args):
         raise SystemExit(f"a rank failed (exit statuses {codes})")
     with open(args.out) as f:
         doc = json.load(f)
-    print(f"{'config':<22} {'efficiency (wall)':<22} {'(cpu)':<22} {'vs baseline':<22} t1 ms   t2 ms")
+    print(f"{'config':<22} {'efficiency':<22} {'vs baseline':<22} {'CPU efficiency':<22} {'CPU vs baseline':<22} "
+          "t1 ms   t2 ms")
+    fmt = lambda v: f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]" if v else "-"  # noqa: E731
     for config, row in doc["summary"].items():
-        fmt = lambda v: f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"  # noqa: E731
-        print(f"{config:<22} {fmt(row['efficiency']):<22} {fmt(row['cpu_efficiency']):<22} "
-              f"{fmt(row['vs_baseline']) if 'vs_baseline' in row else '-':<22} {row['t1_ms']:7.1f} {row['t2_ms']:7.1f}")
+        print(f"{config:<22} {fmt(row['efficiency']):<22} {fmt(row.get('vs_baseline')):<22} "
+              f"{fmt(row['cpu_efficiency']):<22} {fmt(row.get('cpu_vs_baseline')):<22} "
+              f"{row['t1_ms']:7.1f} {row['t2_ms']:7.1f}")
 
 
 def main(argv=None):

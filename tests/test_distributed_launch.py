@@ -1,7 +1,8 @@
 """The launches users type (docs/scale.md), on 2 gloo ranks on the CPU with fairseq's default
 ``--ddp-backend pytorch_ddp`` and no other distributed flag: ``torchrun --nproc-per-node 2
-fairseq-train`` for every method, ``torchrun --nnodes 2`` as two launches on one host, and ``srun``
-(its variables set by hand); resumed on the other world size (2 -> 1, 1 -> 2)."""
+fairseq-train`` for every method, ``torchrun --nnodes 2`` as two launches on one host, and
+``scripts/slurm_train.sbatch`` (its ``srun`` played by a script setting Slurm's variables); resumed on
+the other world size (2 -> 1, 1 -> 2)."""
 
 import json
 import os
@@ -18,6 +19,7 @@ from tiny_corpus import task_args, train
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
 LAUNCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
 NOTICE = "find_unused_parameters on"
 
@@ -97,17 +99,36 @@ def test_torchrun_two_nodes_train_latent_depth_across_its_commit_and_one_process
     assert all(float(r["stat_dec_committed"]) == 1 and float(r["stat_dec_kept"]) == 2 for r in steps)
 
 
-def test_srun_resumes_a_one_process_adaptive_sparse_run_past_t_bar(corpus, tmp_path):
-    """One process with --update-freq 2 trains past T-bar (2); two srun tasks resume it (1 -> 2)."""
+FAKE_SRUN = """#!/bin/bash
+# srun as Slurm runs a job step on one node: SLURM_NTASKS tasks, each with its own variables
+while [[ $1 == -* ]]; do shift; done
+pids=()
+for ((task = 0; task < SLURM_NTASKS; task++)); do
+    SLURM_PROCID=$task SLURM_LOCALID=$task SLURM_NODEID=0 SLURM_STEP_NODELIST=$SLURM_JOB_NODELIST "$@" \
+        > "task$task.log" 2>&1 &
+    pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+"""
+
+
+def test_the_slurm_script_resumes_a_one_process_adaptive_sparse_run_past_t_bar(corpus, tmp_path):
+    """One process with --update-freq 2 trains past T-bar (2); scripts/slurm_train.sbatch (its srun
+    played by a script that sets each task's variables, as Slurm does) resumes it on 2 tasks (1 -> 2)."""
     ckpt = tmp_path / "ckpt"
     train(task_args(corpus) + TRAIN + METHODS["adaptive_sparse"] + [
         "--cpu", "--save-dir", str(ckpt), "--update-freq", "2", "--max-update", "3", "--disable-validation"])
-    slurm = dict(SLURM_JOB_ID="4242", SLURM_STEP_NODELIST="localhost", SLURM_JOB_NODELIST="localhost",
-                 SLURM_NNODES="1", SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE="2", SLURM_NODEID="0")
-    command = fairseq_train(corpus, "adaptive_sparse", ckpt, "--max-update", "5", "--distributed-port",
-                            str(free_port()))
-    outs = launch([command] * 2, tmp_path, [clean_env(**slurm, SLURM_PROCID=str(task), SLURM_LOCALID=str(task))
-                                           for task in (0, 1)])
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text(FAKE_SRUN)
+    (fake / "srun").chmod(0o755)
+    job = dict(SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="localhost", SLURM_NNODES="1", SLURM_NTASKS="2",
+               SLURM_NTASKS_PER_NODE="2", SLURM_CPUS_PER_TASK="1", FAIRSEQ_TRAIN=str(BIN / "fairseq-train"),
+               PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
+    launch([["bash", str(REPO / "scripts" / "slurm_train.sbatch"),
+             *fairseq_train(corpus, "adaptive_sparse", ckpt, "--max-update", "5", "--distributed-port",
+                            str(free_port()))[1:]]], tmp_path, [clean_env(**job)])
+    outs = [(tmp_path / f"task{task}.log").read_text() for task in (0, 1)]
     assert "srun: rank 1 of 2, device 1, tcp://localhost:" in outs[1]
     assert_two_ranks_trained("".join(outs), "adaptive_sparse", updates=5)
     phases = records(outs[0], "stat_sparse_phase")
