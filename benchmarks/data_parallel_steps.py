@@ -27,7 +27,7 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 
@@ -157,7 +157,7 @@ def run_plan(trainer, task, split, plan, rank: int, world_size: int, break_sync=
     return losses
 
 
-def init_distributed() -> (int, int):
+def init_distributed() -> Tuple[int, int]:
     """Rank and world size from torchrun's variables; a gloo group when there are several ranks."""
     world_size, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     if world_size > 1 and not torch.distributed.is_initialized():

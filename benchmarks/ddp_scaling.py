@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
@@ -67,7 +67,7 @@ def draw_batches(task, updates: int, world_size: int, sentences: int, seed: int)
     return [[rng.sample(rows, sentences) for _ in range(world_size)] for _ in range(updates)]
 
 
-def timed(trainer, samples_per_update, device) -> (float, float):
+def timed(trainer, samples_per_update, device) -> Tuple[float, float]:
     """Wall and CPU seconds per update over the updates given."""
     if device == "cuda":
         torch.cuda.synchronize()
@@ -131,7 +131,7 @@ def summary(results) -> Dict[str, dict]:
 
     out = {}
     for config, r in results.items():
-        row = {"t1_ms": 1000 * float(torch.tensor(r["t1"]).median()), "t2_ms": 1000 * float(torch.tensor(r["t2"]).median())}
+        row = {f"{t}_ms": 1000 * float(torch.tensor(r[t]).median()) for t in ("t1", "t2")}
         for kind, name in (("t", "efficiency"), ("cpu", "cpu_efficiency")):
             mine = efficiencies(r, kind)
             row[name] = median_interval(mine)

@@ -68,13 +68,14 @@ def distributed_model(args, model, process_group, device):
     """fairseq's ``DistributedFairseqModel(args, model, process_group, device)`` with the changes of
     the module's doc; ``args`` is ``cfg.distributed_training``."""
     backend = str(args.ddp_backend)
+    torch_ddp, legacy = backend in ("c10d", "pytorch_ddp"), backend in ("no_c10d", "legacy_ddp")
     unused = leaves_parameters_unused(model)
     on_cpu = torch.device(device).type == "cpu"
-    if getattr(args, "tpu", False) or not (backend in ("c10d", "pytorch_ddp") and (unused or on_cpu)
-                                           or backend in ("no_c10d", "legacy_ddp") and unused):
+    if getattr(args, "tpu", False) or not (torch_ddp and (unused or on_cpu) or legacy and unused):
         return _fairseq_distributed_model(args, model, process_group, device)
-    if backend in ("no_c10d", "legacy_ddp"):
-        return _wrap(args, UnusedStayUnusedLegacyDDP(module=model.to(device), process_group=process_group, buffer_size=2 ** 28))
+    if legacy:
+        wrapped = UnusedStayUnusedLegacyDDP(module=model.to(device), process_group=process_group, buffer_size=2 ** 28)
+        return _wrap(args, wrapped)
     find_unused = bool(args.find_unused_parameters) or unused
     if find_unused and not args.find_unused_parameters:
         logger.info("--ddp-backend %s: find_unused_parameters on, since a %s step leaves the parameters of what its "

@@ -84,7 +84,8 @@ def launcher_placement(env: Mapping[str, str], gpus: int, port: int) -> Optional
 def infer_init_method(cfg, force_distributed=False):
     """fairseq's ``infer_init_method`` for ``cfg.distributed_training``, except that a process a
     launcher started as one rank of several takes its rank, world size and device from the launcher."""
-    if cfg.distributed_init_method is not None or getattr(cfg, "tpu", False) or getattr(cfg, "pipeline_model_parallel", False):
+    if cfg.distributed_init_method is not None or getattr(cfg, "tpu", False) \
+            or getattr(cfg, "pipeline_model_parallel", False):
         return _fairseq_infer_init_method(cfg, force_distributed)
     gpus = torch.cuda.device_count()
     found = launcher_placement(os.environ, gpus, int(cfg.distributed_port or 0))

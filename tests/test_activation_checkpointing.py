@@ -28,7 +28,8 @@ REFUSING = [("adapter", "--checkpoint-activations"), ("adapter", "--offload-acti
 
 def build(corpus, method, *flags):
     arch = METHODS[ARCH.get(method, method)][1]
-    extra = [*(ACCEPTING[method] if method in ACCEPTING else METHODS[method][2:]), "--dropout", "0.1", "--max-update", "8", *flags]
+    flags_of_method = ACCEPTING[method] if method in ACCEPTING else METHODS[method][2:]
+    extra = [*flags_of_method, "--dropout", "0.1", "--max-update", "8", *flags]
     return build_task_and_model(corpus, arch=arch, extra=extra)
 
 

@@ -161,7 +161,8 @@ def test_two_ranks_reach_the_parameters_of_one_process_with_update_freq_2(harnes
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("run", ["latent_depth/pytorch_ddp", "lsl_separate_decoder/pytorch_ddp", "multistack/legacy_ddp"])
+@pytest.mark.parametrize("run", ["latent_depth/pytorch_ddp", "lsl_separate_decoder/pytorch_ddp",
+                                 "multistack/legacy_ddp"])
 def test_activation_checkpointing_on_two_ranks_changes_no_parameter(harness, run):
     """Recomputed layers under DDP's search for unused parameters, latent depth across its commit."""
     single, ranks = harness
