@@ -7,7 +7,10 @@ several seeds, paired by position with the baseline's seeds. Per direction and p
 seeds; a direction counts as a win only when the system's seed mean is above the baseline's. With a
 baseline whose results hold hypotheses (``evaluate`` of this version stores them), every system is
 tested against it with sacrebleu's paired bootstrap (``significance.compare_to_baseline``), per
-direction and over all directions pooled, on each seed pair and on the seed-concatenated systems.
+direction and over all directions pooled, on each seed pair and on the seed-concatenated systems,
+and every comparison gets its verdict (``significance.verdict``: better / level / worse). Where
+the results hold the off-target rate, a table of its seed mean and std per direction and group
+follows (``off_target.add_to_comparison``).
 """
 
 import argparse
@@ -18,10 +21,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .atomic_files import check_writable, write_json_atomic, write_text_atomic
 from .evaluation import GROUP_ORDER, EvaluationError, _averages, _csv, _fmt, _read_json, read_references
-from . import significance
+from . import off_target, significance
 
 LABELS = significance.METRIC_LABELS
-ALPHA = 0.05  # the level the tables mark
+ALPHA = significance.ALPHA  # the level the tables mark
 
 
 def group_systems(runs: Sequence[Tuple[str, dict]]) -> "OrderedDict[str, List[dict]]":
@@ -71,8 +74,10 @@ def check_same_bleu_signatures(runs, directions):
                                   f"evaluate both again with the same --bleu-tokenize")
 
 
-def _significance(base_seeds, seeds, directions, n_samples):
-    """compare_to_baseline on the directions both systems have hypotheses for, or a note why not."""
+def _significance(base_seeds, seeds, directions, n_samples, references=None, statistics=None):
+    """compare_to_baseline on the directions both systems have hypotheses for, or a note why not.
+    ``references``: {direction: {"sha256", "lines"}} to test against instead of the files the
+    results name (e.g. a head-to-head record's)."""
     have = [d for d in directions if all(d in (r.get("hypotheses") or {}) for r in base_seeds + seeds)]
     if not have:
         return {"note": "not computed: the results hold no hypotheses (evaluate again with this version of "
@@ -83,17 +88,26 @@ def _significance(base_seeds, seeds, directions, n_samples):
         if len(digests) != 1:
             raise EvaluationError(f"direction {d}: the runs were scored against different reference files; "
                                   f"compare runs evaluated on the same corpus")
-        refs[d] = read_references(seeds[0], d)
+        if references is None:
+            refs[d] = read_references(seeds[0], d)
+        elif (references.get(d) or {}).get("sha256") != digests.pop():
+            raise EvaluationError(f"direction {d}: the runs were scored against other references than those given; "
+                                  f"pass the references they were evaluated on")
+        else:
+            refs[d] = references[d]["lines"]
     tokenize = {d: significance.bleu_tokenization(seeds[0]["directions"][d].get("bleu_signature")) for d in have}
     return significance.compare_to_baseline([r["hypotheses"] for r in base_seeds], [r["hypotheses"] for r in seeds],
-                                            refs, tokenize, n_samples=n_samples)
+                                            refs, tokenize, n_samples=n_samples, statistics=statistics)
 
 
 def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, metrics=("bleu", "chrf"),
-            test: bool = True, n_samples: int = significance.DEFAULT_SAMPLES) -> Dict:
+            test: bool = True, n_samples: int = significance.DEFAULT_SAMPLES,
+            references: Optional[Dict[str, Dict]] = None) -> Dict:
     """The comparison as a JSON-able dict: per system the seed mean/std per direction and group,
-    the win ratio (seed means) and, with ``test``, the paired bootstrap against ``baseline``.
-    Directions are those of the first run."""
+    the win ratio (seed means) and, with ``test``, the paired bootstrap against ``baseline`` with
+    each seed's delta and the verdict. Directions are those of the first run. ``references``:
+    {direction: {"sha256", "lines"}}, the references to test against (default: the files the
+    results name, checked by sha256)."""
     if not runs:
         raise EvaluationError("nothing to compare: give at least one results JSON")
     if n_samples < 1:  # sacrebleu would silently use its default
@@ -119,16 +133,19 @@ def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, me
                            for d in directions},
             "averages": _group_summaries(seeds, metrics),
         }
+    off_target.add_to_comparison(out, systems)
     if baseline is None:
         return out
     base = out["systems"][baseline]
     tested = [m for m in metrics if m in significance.TESTED_METRICS]
+    statistics = significance.SentenceStatistics()  # the baseline's sentences are in every test
     for name, entry in out["systems"].items():
         if name == baseline:
             continue
         entry["win_ratio"] = {m: _win(entry["directions"], base["directions"], directions, m) for m in metrics}
         if test and tested:
-            entry["significance"] = _significance(systems[baseline], systems[name], directions, n_samples)
+            entry["significance"] = _significance(systems[baseline], systems[name], directions, n_samples,
+                                                  references, statistics)
     return out
 
 
@@ -139,20 +156,30 @@ def _cell(summary):
     return _fmt(summary["mean"]) + (f" ± {summary['std']:.2f}" if summary["std"] is not None else "")
 
 
-def _test(entry, direction, metric):
-    """The seed-concatenated test of ``entry`` for a direction (None: pooled), if computed."""
+def _row(entry, direction, metric):
+    """The tests of ``entry`` for a direction (None: pooled) and metric, if computed."""
     sig = entry.get("significance") or {}
     row = sig.get("pooled") if direction is None else (sig.get("directions") or {}).get(direction)
-    return (row or {}).get(metric, {}).get("seeds_concatenated")
+    return (row or {}).get(metric)
 
 
-def _marked(cell, test):
-    return cell + (" †" if test is not None and test["p_value"] is not None and test["p_value"] < ALPHA else "")
+def _test(entry, direction, metric):
+    """The seed-concatenated test of ``entry`` for a direction (None: pooled), if computed."""
+    return (_row(entry, direction, metric) or {}).get("seeds_concatenated")
+
+
+def _verdict(entry, direction, metric):
+    """The verdict of ``entry`` for a direction (None: pooled), if tested."""
+    return (_row(entry, direction, metric) or {}).get("verdict")
+
+
+def _marked(cell, verdict):
+    return cell + (" †" if verdict in ("better", "worse") else "")
 
 
 def comparison_markdown(cmp: Dict) -> str:
-    """One table per metric (mean ± std over seeds, † where the paired bootstrap against the
-    baseline gives p < 0.05), the win ratio, and a table of deltas, p-values and 95% CIs."""
+    """One table per metric (mean ± std over seeds, † where the verdict against the baseline is
+    better or worse), the win ratio, and a table of verdicts, deltas, p-values and 95% CIs."""
     names, baseline = list(cmp["systems"]), cmp["baseline"]
     seeds = {n: e["seeds"] for n, e in cmp["systems"].items()}
     lines = []
@@ -170,11 +197,12 @@ def comparison_markdown(cmp: Dict) -> str:
             note = ""
         if baseline is not None and any(_test(e, None, metric) for e in cmp["systems"].values()):
             note += f"; † p < {ALPHA} against {baseline} (paired bootstrap" + (
-                ", seeds concatenated)" if max(seeds.values()) > 1 else ")")
+                ", seeds concatenated) and every seed's delta of the same sign: better or worse"
+                if max(seeds.values()) > 1 else "): better or worse")
         lines += [f"{label}{note}:", "", "| direction | train pairs | group | sentences | " + " | ".join(names) + " |",
                   "|---|---:|---|---:|" + "---:|" * len(names)]
         for d, info in cmp["directions"].items():
-            cells = [_marked(_cell(e["directions"][d][metric]), _test(e, d, metric)) for e in cmp["systems"].values()]
+            cells = [_marked(_cell(e["directions"][d][metric]), _verdict(e, d, metric)) for e in cmp["systems"].values()]
             lines.append(f"| {d} | {_fmt(info['train_size'])} | {info.get('group') or '-'} | {_fmt(info['n'])} | "
                          + " | ".join(cells) + " |")
         first = next(iter(cmp["systems"].values()))
@@ -191,8 +219,11 @@ def comparison_markdown(cmp: Dict) -> str:
             if any(pooled):
                 lines.append("| p, all directions pooled |  |  |  | "
                              + " | ".join("-" if t is None else significance.format_p(t["p_value"]) for t in pooled) + " |")
+                lines.append("| verdict, all directions pooled |  |  |  | "
+                             + " | ".join(_verdict(e, None, metric) or "-" for e in cmp["systems"].values()) + " |")
         lines.append("")
         lines += _significance_table(cmp, metric)
+    lines += off_target.comparison_table(cmp, _cell)
     notes = {e["significance"]["note"] for e in cmp["systems"].values() if "note" in (e.get("significance") or {})}
     lines += [f"Significance: {n}" for n in sorted(notes)]
     return "\n".join(lines).rstrip() + "\n"
@@ -205,10 +236,14 @@ def _significance_table(cmp, metric):
     sig = tested[0][1]["significance"]
     label = LABELS.get(metric, metric)
     several = sig["seeds"] > 1
-    lines = [f"{label} against {cmp['baseline']}: delta of the score{' on the seed-concatenated test set' if several else ''}"
-             f", its p-value, the system's 95% CI (bootstrap mean ± half-width)"
-             f"{' and the p-value of each seed' if several else ''} ({sig['n_samples']} paired bootstrap resamples, "
-             "sacrebleu):", "",
+    if several:
+        what = (f"the verdict (better / worse: p < {ALPHA} and every seed's delta of the same sign; level otherwise), "
+                "the delta of the score on the seed-concatenated test set [each seed's delta], its p-value [each "
+                "seed's]")
+    else:
+        what = f"the verdict (better / worse: p < {ALPHA}; level otherwise), the delta of the score, its p-value"
+    lines = [f"{label} against {cmp['baseline']}: {what}, the system's 95% CI (bootstrap mean ± half-width) "
+             f"({sig['n_samples']} paired bootstrap resamples, sacrebleu):", "",
              "| direction | " + " | ".join(n for n, _ in tested) + " |", "|---|" + "---:|" * len(tested)]
     for d in list(cmp["directions"]) + [None]:
         cells = []
@@ -217,10 +252,12 @@ def _significance_table(cmp, metric):
             if t is None:
                 cells.append("-")
                 continue
-            row = e["significance"]["pooled"] if d is None else e["significance"]["directions"][d]
-            per_seed = row[metric]["per_seed"]
-            seeds = " [" + ", ".join(significance.format_p(s["p_value"]) for s in per_seed) + "]" if len(per_seed) > 1 else ""
-            cells.append(f"{t['delta']:+.2f}, p {significance.format_p(t['p_value'])}, {t['system_mean']:.2f} ± {t['system_ci']:.2f}{seeds}")
+            per_seed = _row(e, d, metric)["per_seed"]
+            several = len(per_seed) > 1
+            deltas = " [" + ", ".join(f"{s['delta']:+.2f}" for s in per_seed) + "]" if several else ""
+            ps = " [" + ", ".join(significance.format_p(s["p_value"]) for s in per_seed) + "]" if several else ""
+            cells.append(f"**{_verdict(e, d, metric)}** {t['delta']:+.2f}{deltas}, p {significance.format_p(t['p_value'])}"
+                         f"{ps}, {t['system_mean']:.2f} ± {t['system_ci']:.2f}")
         lines.append(f"| {d or 'all (pooled)'} | " + " | ".join(cells) + " |")
     return lines + [""]
 

@@ -7,7 +7,10 @@ sacrebleu against the detokenized references in ``CORPUS/raw``:
 * BLEU and chrF, with their sacrebleu signatures;
 * spBLEU (sacrebleu's ``flores200`` or ``flores101`` SentencePiece tokenization) only when that
   tokenizer model is already on disk (``$SACREBLEU/models`` or ``~/.sacrebleu/models``); it is
-  never downloaded, and the results say why it is missing.
+  never downloaded, and the results say why it is missing;
+* the off-target rate: the share of hypotheses that a language identifier shipped with its model
+  (py3langid, the ``langid`` extra) puts in another language than the target, for the target
+  languages it tells apart on the corpus's references (``off_target``).
 
 Directions are grouped by the training size of their non-English language, as in the papers:
 **high** when it has >= 10000 training pairs, **low** when < 2000, **medium** in between
@@ -28,6 +31,7 @@ import shlex
 import sys
 import tempfile
 from .atomic_files import check_writable, json_text, write_files_atomic
+from . import off_target
 from .data.binarized import BinarizedDataError, sentence_count
 from .interrupts import interrupts_kept
 
@@ -231,6 +235,7 @@ def to_markdown(results):
     rows = results.get("directions", {})
     with_sp = any(r.get("spbleu") is not None for r in rows.values())
     metrics = [("BLEU", "bleu"), ("chrF", "chrf")] + ([("spBLEU", "spbleu")] if with_sp else [])
+    metrics += [("off-target %", "off_target")] if (results.get("off_target") or {}).get("identifier") else []
     head = " | ".join(label for label, _ in metrics)
     align = "|".join("---:" for _ in metrics)
     lines = []
@@ -266,6 +271,8 @@ def to_markdown(results):
             lines.append(f"{label} signature: `{sig}`  ")
     if results.get("spbleu_note"):
         lines.append(results["spbleu_note"])
+    if off_target.note(results.get("off_target")):
+        lines.append(off_target.note(results.get("off_target")))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -603,6 +610,7 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         "references": references,  # what the hypotheses are scored against, for later significance tests
         "hypotheses": hypotheses,  # detokenized, one per test sentence, per direction
     }
+    off_target.add_off_target(results, corpus.path)
     if baseline_results is not None:
         wins, total = _win_stats(results, baseline_results, win_metric)
         results["win_ratio"] = {"baseline": baseline_name, "metric": win_metric, "value": wins / total,
@@ -633,10 +641,10 @@ def _run(args):
 def add_subcommand(subparsers):
     """Register ``langshare evaluate`` on an argparse subparsers object."""
     p = subparsers.add_parser(
-        "evaluate", help="translate each direction of a corpus split and score it (BLEU, chrF, spBLEU)",
+        "evaluate", help="translate each direction of a corpus split and score it (BLEU, chrF, spBLEU, off-target rate)",
         description="Translate each direction of a corpus split with fairseq-generate and score it with "
                     "sacrebleu: BLEU and chrF (with signatures), spBLEU when its flores SentencePiece model is "
-                    "already local (never downloaded); per-direction table, High/Medium/Low/zero-shot and overall "
+                    "already local (never downloaded); the off-target rate (py3langid, where it tells the target language apart on the references; `langshare off-target CORPUS` shows where); per-direction table, High/Medium/Low/zero-shot and overall "
                     "averages, win ratio against a baseline; JSON and markdown output.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
