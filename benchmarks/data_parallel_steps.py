@@ -33,6 +33,8 @@ import torch
 
 import fairseq_langshare
 
+from .fairseq_steps import build_model, build_trainer, parse_args
+
 PKG_DIR = os.path.dirname(os.path.abspath(fairseq_langshare.__file__))
 
 # Every architecture, sized by SIZE below, with its phase switch at update SWITCH of the plan.
@@ -73,20 +75,15 @@ def fairseq_argv(data: str, langs: str, pairs: str, method_flags: Sequence[str],
 
 def build(argv: Sequence[str], split: str):
     """Task (with ``split`` loaded), trainer, and the config, as fairseq-train builds them."""
-    from fairseq import options, tasks, utils
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.trainer import Trainer
+    from fairseq import tasks
 
-    args = options.parse_args_and_arch(options.get_training_parser(), list(argv))
-    cfg = convert_namespace_to_omegaconf(args)
-    utils.set_torch_seed(cfg.common.seed)
-    task = tasks.setup_task(cfg.task)
+    args = parse_args(argv)
+    task = tasks.setup_task(args)
     task.load_dataset(split, epoch=1)
-    model = task.build_model(cfg.model)
-    criterion = task.build_criterion(cfg.criterion)
-    trainer = Trainer(cfg, task, model, criterion)
+    model, criterion = build_model(task, args, seed=args.seed)
+    trainer = build_trainer(args, task, model, criterion)
     trainer.lr_step(0)  # the learning rate of update 0, as fairseq-train sets it before training
-    return task, trainer, cfg
+    return task, trainer, trainer.cfg
 
 
 def direction_rows(task, split: str) -> Dict[str, List[int]]:
