@@ -33,7 +33,7 @@ from typing import Dict, List, Tuple
 import torch
 
 from . import data_parallel_steps as steps
-from .issue18_table import median_interval
+from .summary_tables import median_interval
 from .report import machine
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
