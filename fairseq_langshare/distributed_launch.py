@@ -12,8 +12,11 @@ process with the GPU count standing in for the number of processes per node:
   times nodes (the user repeats what Slurm knows), needs ``--distributed-port``, and with one task
   per node counts GPUs (world size 0 on CPU nodes).
 
-``install()`` puts ``infer_init_method`` below in fairseq's place (``call_main`` looks it up there
-for ``fairseq-train`` and ``fairseq-hydra-train`` alike). With torchrun's variables (``RANK``,
+``install()`` puts ``infer_init_method`` below in fairseq's place, where ``call_main`` looks it up.
+``fairseq-train`` loads the plugin (``--user-dir``) while parsing its arguments, before that;
+``fairseq-hydra-train`` loads it inside its training function, after, so under a launcher it needs
+the overrides of ``HYDRA_OVERRIDES``, and a training run that would go on alone in a process a
+launcher started as one of several ranks is refused (``check_training_is_distributed``). With torchrun's variables (``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) and a world of more than one
 process, each process is rank ``RANK`` of ``WORLD_SIZE`` on device ``LOCAL_RANK``, initialised from
 the environment (``env://``), on any number of nodes, GPUs or CPUs. Under ``srun`` with one task per
@@ -33,7 +36,7 @@ from typing import Dict, Mapping, Optional
 
 import torch
 
-__all__ = ["infer_init_method", "launcher_placement", "first_slurm_host", "install"]
+__all__ = ["infer_init_method", "launcher_placement", "first_slurm_host", "check_training_is_distributed", "install"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +108,33 @@ def infer_init_method(cfg, force_distributed=False):
         torch.cuda.set_device(found["device_id"])
     logger.info("%s: rank %d of %d, device %d, %s", found["launcher"], found["rank"], found["world_size"],
                 found["device_id"], found["init_method"])
+
+
+HYDRA_OVERRIDES = {
+    "torchrun": ("distributed_training.distributed_init_method=env:// "
+                 "'distributed_training.distributed_world_size=${oc.env:WORLD_SIZE}' "
+                 "'distributed_training.distributed_rank=${oc.env:RANK}' "
+                 "'distributed_training.device_id=${oc.env:LOCAL_RANK}' distributed_training.distributed_no_spawn=true"),
+    "srun": ("distributed_training.distributed_init_method=tcp://FIRST_NODE:PORT "
+             "'distributed_training.distributed_world_size=${oc.env:SLURM_NTASKS}' "
+             "'distributed_training.distributed_rank=${oc.env:SLURM_PROCID}' "
+             "'distributed_training.device_id=${oc.env:SLURM_LOCALID}' distributed_training.distributed_no_spawn=true"),
+}
+
+
+def check_training_is_distributed() -> None:
+    """A training run about to start in a process a launcher started as one rank of several must be
+    distributed. It is not when the plugin loaded after fairseq decided (``fairseq-hydra-train``
+    imports ``common.user_dir`` inside its training function): refuse in one line, with the hydra
+    overrides that say what the launcher knows, rather than train alone into a shared save dir."""
+    import torch.distributed as dist
+
+    found = launcher_placement(os.environ, torch.cuda.device_count(), 0)
+    if found is None or (dist.is_available() and dist.is_initialized()):
+        return
+    raise ValueError(f"this process is rank {found['rank']} of the {found['world_size']} {found['launcher']} started, "
+                     "but fairseq is training it alone (fairseq-hydra-train reads the launcher's variables before it "
+                     f"loads the plugin): add {HYDRA_OVERRIDES[found['launcher']]} (docs/scale.md)")
 
 
 _fairseq_infer_init_method = None

@@ -75,6 +75,20 @@ def test_a_world_size_that_contradicts_the_launcher_is_refused_in_one_line(monke
         distributed_launch.infer_init_method(config(4))
 
 
+def test_a_training_run_a_launcher_started_as_one_of_several_ranks_is_never_trained_alone(corpus, monkeypatch):
+    """fairseq-hydra-train loads the plugin after fairseq read the launcher's variables: a run about
+    to train alone in rank 1 of 2 is refused in one line naming the overrides (a decoding is not)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    build_task_and_model(corpus, extra=["--max-update", "1"])  # no launcher: trains alone
+    for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "WORLD_SIZE": "2", "RANK": "1",
+                       "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError, match=r"^this process is rank 1 of the 2 torchrun started, but fairseq is training "
+                                         r"it alone .*: add distributed_training.distributed_init_method=env:// "
+                                         r"[^\n]*\(docs/scale.md\)$"):
+        build_task_and_model(corpus, extra=["--max-update", "1"])
+
+
 # --- 2 ranks = 1 process with --update-freq 2 ----------------------------------------------
 
 METHODS_BACKENDS = [(m, b) for m in steps.METHODS for b in steps.BACKENDS]

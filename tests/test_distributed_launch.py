@@ -7,15 +7,17 @@ the other world size (2 -> 1, 1 -> 2)."""
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fairseq_langshare import distributed_launch
 from method_configs import METHODS, TRAIN
 from test_hydra_and_distributed import free_port, updates_logged
-from tiny_corpus import task_args, train
+from tiny_corpus import PKG_DIR, task_args, train
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -76,6 +78,20 @@ def test_torchrun_one_node_trains_every_method_with_default_flags(corpus, tmp_pa
     assert "torchrun: rank 1 of 2, device 1, env://" in out
     assert_two_ranks_trained(out, method)
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
+
+
+def test_torchrun_fairseq_hydra_train_with_the_launcher_overrides(corpus, tmp_path):
+    """fairseq-hydra-train loads the plugin after fairseq read the launcher's variables: the overrides
+    of distributed_launch.HYDRA_OVERRIDES say what torchrun knows."""
+    out, = launch([[str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-port", str(free_port()),
+                    str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "configs"), "--config-name", "demo",
+                    f"common.user_dir={PKG_DIR}", "common.log_format=json", "common.log_interval=1",
+                    f"task.data={corpus['bin']}", "task.langs='en,xx,yy'", "task.lang_pairs='en-xx,en-yy'",
+                    "model._name=lsl_transformer_tiny", "optimization.max_update=3", "dataset.max_tokens=500",
+                    f"checkpoint.save_dir={tmp_path / 'ckpt'}", "common.cpu=true",
+                    "distributed_training.distributed_backend=gloo",
+                    *shlex.split(distributed_launch.HYDRA_OVERRIDES["torchrun"])]], tmp_path)
+    assert_two_ranks_trained(out, "lsl", updates=3)
 
 
 def test_torchrun_two_nodes_train_latent_depth_across_its_commit_and_one_process_resumes(corpus, tmp_path):

@@ -35,6 +35,7 @@ from fairseq.utils import csv_str_list, eval_str_dict
 from omegaconf import II, OmegaConf
 
 from ..data.binarized import sentence_count
+from ..distributed_launch import check_training_is_distributed
 from ..languages import LanguageInventory
 from ..user_errors import fairseq_cli
 from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
@@ -245,8 +246,10 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         model = super().build_model(cfg, from_checkpoint)
         if hasattr(model, "attach_inventory"):
             model.attach_inventory(self.inventory)
-        if not from_checkpoint and hasattr(model, "check_training_run"):  # a run starts (not a decoding)
-            model.check_training_run(cfg)
+        if not from_checkpoint:  # a run starts (not a decoding)
+            check_training_is_distributed()
+            if hasattr(model, "check_training_run"):
+                model.check_training_run(cfg)
         return model
 
     def get_interactive_tokens_and_lengths(self, lines, encode_fn):
