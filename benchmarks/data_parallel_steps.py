@@ -17,7 +17,7 @@ Run one process per rank with torchrun's variables (``RANK``, ``WORLD_SIZE``, ``
         --runs baseline/pytorch_ddp,latent_depth/legacy_ddp/checkpoint --out result.pt
 
 ``--out`` (written by rank 0, or the single process) gets ``{(method, backend, variant): {"params":
-state dict, "losses": [...], "num_updates": n}}``.
+state dict, "losses": [...], "num_updates": n, "wrapper": the DDP class, "find_unused": its flag}}``.
 Random draws (Gumbel samples, gate noise) are seeded per update by fairseq, alike on every rank;
 the single process reseeds before each micro-batch the same way, so its micro-batch i draws what
 rank i draws.
@@ -37,7 +37,7 @@ from .fairseq_steps import build_model, build_trainer, parse_args
 
 PKG_DIR = os.path.dirname(os.path.abspath(fairseq_langshare.__file__))
 
-# Every architecture, sized by SIZE below, with its phase switch at update SWITCH of the plan.
+# Every architecture ("{size}": a preset suffix, tiny or small), its phase switch at update SWITCH of the plan.
 SWITCH = 3
 METHODS: Dict[str, List[str]] = {
     "baseline": ["--arch", "langshare_transformer_{size}"],
@@ -48,8 +48,8 @@ METHODS: Dict[str, List[str]] = {
     "lsl_separate_decoder": ["--arch", "lsl_transformer_{size}", "--lsl-encoder-layers", "SRC={1} & TGT={2}",
                              "--lsl-separate-decoder"],
     "clsr": ["--arch", "clsr_transformer_{size}"],
-    # the commit at SWITCH freezes a keep table; from the logits' start every language keeps the
-    # same 2 decoder layers, so the other 2 train no more (no rank uses them)
+    # the commit at SWITCH freezes a keep table from posteriors still near 1/2: decoder layers no
+    # language keeps train no more (no rank uses them)
     "latent_depth": ["--arch", "latent_depth_transformer_{size}", "--latent-layers", "both",
                      "--latent-decoder-target-depth", "2", "--latent-commit-updates", str(SWITCH)],
     "adaptive_sparse": ["--arch", "adaptive_sparse_transformer_{size}", "--sparse-types", "attn,ffn,layer",

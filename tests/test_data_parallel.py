@@ -21,6 +21,7 @@ if REPO not in sys.path:  # benchmarks/ is a top-level directory of the reposito
 from benchmarks import data_parallel_steps as steps  # noqa: E402
 from fairseq_langshare import distributed_launch  # noqa: E402
 
+LAUNCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
 PAIRS = "en-xx,en-yy,xx-yy"  # xx-yy (valid only): a source language only one rank has in some updates
 # float tolerance of "the same parameters": 2 ranks are bit-identical to one process here (gloo sums two
 # halves exactly, (g0/2 + g1/2) * 2 = g0 + g1); the tolerance leaves room for another reduction order.
@@ -122,12 +123,14 @@ def harness(corpus, tmp_path_factory):
     checkpoints), then the process resuming the ranks' checkpoints."""
     tmp = tmp_path_factory.mktemp("ddp")
     threads = torch.get_num_threads()
+    launcher = {k: os.environ.pop(k) for k in LAUNCH_VARIABLES if k in os.environ}  # this process: 1 rank
     try:
         single = steps.main(harness_args(corpus, SINGLE_RUNS, tmp / "single.pt", tmp))
         run_two_ranks(harness_args(corpus, RANK_RUNS, tmp / "ranks.pt", tmp))
         single.update(steps.main(harness_args(corpus, [f"{r}/resume" for r in PHASED], tmp / "resumed.pt", tmp)))
     finally:
         torch.set_num_threads(threads)
+        os.environ.update(launcher)
     return single, torch.load(tmp / "ranks.pt", weights_only=False)
 
 
