@@ -9,14 +9,17 @@ ranks find their place in the job (``distributed_launch``), and fairseq's data-p
 parameters a step leaves unused, on GPUs and CPUs (``data_parallel``).
 """
 
-from . import checkpoint_safety, data_parallel, distributed_exit, distributed_launch, user_errors
+from .interrupts import interrupted_while_starting
 
-checkpoint_safety.install()
-user_errors.install()
-distributed_exit.install()
-distributed_launch.install()
-data_parallel.install()
+with interrupted_while_starting():  # the `langshare` command: a Ctrl-C while torch and fairseq load is one line
+    from . import checkpoint_safety, data_parallel, distributed_exit, distributed_launch, user_errors
 
-from . import criterions, models, tasks  # noqa: E402,F401
+    checkpoint_safety.install()
+    user_errors.install()
+    distributed_exit.install()
+    distributed_launch.install()
+    data_parallel.install()
+
+    from . import criterions, models, tasks  # noqa: E402,F401
 
 __version__ = "0.1.0"

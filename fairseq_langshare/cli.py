@@ -12,11 +12,14 @@ checkpoint or a CTranslate2 model) and ``translate`` (raw text through an export
 
 import sys
 
-from . import analysis, comparison, evaluation, export, off_target
-from . import command_line
-from .data import gettext_corpus
-from .deploy import translate
-from .recipes import corpora, experiments, head_to_head
+from .interrupts import interrupted_while_starting
+
+with interrupted_while_starting():  # the first seconds of every `langshare` run: torch and fairseq load
+    from . import analysis, comparison, evaluation, export, off_target
+    from . import command_line
+    from .data import gettext_corpus
+    from .deploy import translate
+    from .recipes import corpora, experiments, head_to_head
 
 SUBCOMMANDS = (gettext_corpus, corpora, evaluation, off_target, comparison, experiments, head_to_head, analysis, export, translate)
 

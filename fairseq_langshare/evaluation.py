@@ -34,6 +34,7 @@ from .atomic_files import check_writable, json_text, write_files_atomic
 from . import off_target
 from .data.binarized import BinarizedDataError, sentence_count
 from .interrupts import interrupts_kept
+from .option_ranges import Range
 
 logger = logging.getLogger(__name__)
 
@@ -336,6 +337,12 @@ class _Corpus:
 
     def check_references(self, split, src, tgt):
         """Before decoding: the binarized src-tgt data is complete and holds one sentence per raw reference."""
+        from .tasks.multilingual_langshare import check_binarized
+
+        try:
+            check_binarized(split, self.bin, src, tgt)  # what fairseq-generate's task checks, before decoding
+        except (BinarizedDataError, FileNotFoundError) as e:
+            raise EvaluationError(str(e)) from None
         refs = self.reference_path(split, src, tgt)
         with open(refs, encoding="utf-8") as f:
             n_refs = sum(1 for _ in f)
@@ -505,9 +512,11 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
                               f"e.g. checkpoints/checkpoint_best.pt)")
     checkpoint = os.path.abspath(checkpoint)
     baseline_path = baseline if isinstance(baseline, (str, os.PathLike)) else None
+    protected = {"corpus": corpus_dir if os.path.isdir(corpus_dir) else None, "run": os.path.dirname(checkpoint)}
     for flag, path, others in (("--out-json", out_json, []), ("--out-md", out_md, [out_json])):
-        if path:  # fail now, not after decoding
-            check_writable(path, flag, inputs=[checkpoint, baseline_path, *others])
+        if path:  # fail now, not after decoding; never over a corpus or run file evaluate did not write
+            check_writable(path, flag, inputs=[checkpoint, baseline_path, *others], protected=protected,
+                           own=_own_output, command="evaluate")
     resource_groups({}, high_threshold, low_threshold)  # validates the options before decoding
     bleu_tokenizer("", bleu_tokenize)
     _, spbleu_note = spbleu_tokenizer(spbleu_tokenize)
@@ -617,8 +626,27 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
                                 "wins": wins, "directions": total}
         results["significance"] = baseline_significance(results, baseline_results)
     outputs = {out_json: json_text(results) if out_json else None, out_md: to_markdown(results) if out_md else None}
-    write_files_atomic({path: text for path, text in outputs.items() if path})  # both of this run, or neither
+    try:
+        write_files_atomic({path: text for path, text in outputs.items() if path})  # both of this run, or neither
+    except OSError as error:  # a full disk: the results are not lost with the files
+        raise ResultsNotWritten(results, out_json or out_md, "--out-json" if out_json else "--out-md", error) from None
     return results
+
+
+class ResultsNotWritten(EvaluationError):
+    """The results were computed but their files could not be written; ``results`` holds them."""
+
+    def __init__(self, results, path, flag, error):
+        self.results = results
+        super().__init__(f"cannot write {flag} {path}: {error.strerror or error}; the results are printed above: "
+                         "free some space and evaluate again")
+
+
+def _own_output(path) -> bool:
+    """Whether ``path`` is an earlier output of evaluate (its results JSON or markdown table)."""
+    from .result_kinds import EVALUATE_JSON, EVALUATE_MARKDOWN, file_kind
+
+    return file_kind(path) in (EVALUATE_JSON, EVALUATE_MARKDOWN)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -632,6 +660,8 @@ def _run(args):
             bleu_tokenize=args.bleu_tokenize, spbleu_tokenize=args.spbleu_tokenize, win_metric=args.win_metric,
         )
     except (EvaluationError, FileNotFoundError) as e:
+        if isinstance(e, ResultsNotWritten):
+            print(to_markdown(e.results), flush=True)
         print(f"langshare evaluate: error: {e}", file=sys.stderr)  # one line, exit 2 like `langshare`
         raise SystemExit(2) from None
     print(to_markdown(results))
@@ -654,14 +684,18 @@ def add_subcommand(subparsers):
     p.add_argument("--directions", default=None,
                    help="comma-separated SRC-TGT directions, zero-shot ones included; None: every direction "
                         "the checkpoint was trained on that has data in the split")
-    p.add_argument("--beam", type=int, default=4, help="beam size")
-    p.add_argument("--lenpen", type=float, default=1.0, help="length penalty")
-    p.add_argument("--max-tokens", type=int, default=4000, help="max tokens per generation batch")
-    p.add_argument("--batch-size", type=int, default=None, help="max sentences per generation batch")
-    p.add_argument("--high-threshold", type=int, default=10000,
+    p.add_argument("--beam", type=Range(1, why="hypotheses kept per step; 1 is greedy").of(int),
+                   default=4, help="beam size")
+    p.add_argument("--lenpen", type=Range(why="fairseq-generate's exponent").of(float),
+                   default=1.0, help="length penalty")
+    p.add_argument("--max-tokens", type=Range(1, why="tokens per batch").of(int),
+                   default=4000, help="max tokens per generation batch")
+    p.add_argument("--batch-size", type=Range(1, why="sentences per batch").of(int),
+                   default=None, help="max sentences per generation batch")
+    p.add_argument("--high-threshold", type=Range(0, why="training pairs").of(int), default=10000,
                    help="a direction is high-resource when its non-English language has at least this many "
                         "training pairs")
-    p.add_argument("--low-threshold", type=int, default=2000,
+    p.add_argument("--low-threshold", type=Range(0, why="training pairs").of(int), default=2000,
                    help="a direction is low-resource when its non-English language has fewer training pairs "
                         "than this (medium in between)")
     p.add_argument("--baseline", default=None,

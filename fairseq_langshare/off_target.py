@@ -334,7 +334,11 @@ def _run(args):
                                      f"files") from None
             if not isinstance(results, dict) or not isinstance(results.get("directions"), dict):
                 raise OffTargetError(f"{path} is not a `langshare evaluate` results file (no 'directions' table)")
-            add_off_target(results, args.corpus)
+            corpus = args.corpus or results.get("corpus")
+            if not corpus or not os.path.isdir(corpus):
+                raise OffTargetError(f"corpus directory {corpus!r} of {path} not found; pass the corpus")
+            # without the identifier this refuses (evaluate's None rates would overwrite the file's)
+            add_off_target(results, corpus, Identifier(corpus_languages(corpus)))
             write_json_atomic(path, results)
             rates = ", ".join(f"{d} {r['off_target']:.1f}%" for d, r in results["directions"].items()
                               if r.get("off_target") is not None)

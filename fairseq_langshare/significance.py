@@ -177,12 +177,15 @@ def _concat(runs: Sequence[Dict[str, List[str]]], directions: Sequence[str]) -> 
 def compare_to_baseline(baseline_runs: Sequence[Dict[str, List[str]]], system_runs: Sequence[Dict[str, List[str]]],
                         references: Dict[str, List[str]], tokenize: Dict[str, str],
                         metrics: Sequence[str] = TESTED_METRICS, n_samples: int = DEFAULT_SAMPLES,
-                        statistics: Optional[SentenceStatistics] = None) -> Dict:
+                        statistics: Optional[SentenceStatistics] = None,
+                        subsets: Optional[Dict[str, Sequence[str]]] = None) -> Dict:
     """Per direction and over all directions pooled, the paired bootstrap of every seed pair and of
     the seed-concatenated systems, each seed's delta and the verdict (``verdict``). ``*_runs``: one
     {direction: hypotheses} per seed, paired by index (as many seeds on both sides); ``tokenize``:
     BLEU tokenization per direction (the pooled test uses the common one, 13a when they differ, and
-    says so); ``statistics``: shared with other comparisons against the same baseline."""
+    says so); ``statistics``: shared with other comparisons against the same baseline; ``subsets``:
+    {name: directions} also pooled each on its own (``pooled_subsets``, e.g. the supervised and the
+    zero-shot directions, which answer different questions)."""
     if len(baseline_runs) != len(system_runs):
         raise SignificanceError(f"the system has {len(system_runs)} seeds but the baseline {len(baseline_runs)}: "
                                 "pass the same seeds for every system")
@@ -209,14 +212,21 @@ def compare_to_baseline(baseline_runs: Sequence[Dict[str, List[str]]], system_ru
                            "verdict": verdict(both[metric]["delta"], both[metric]["p_value"], deltas)}
         return out
 
-    toks = {tokenize.get(d) or "13a" for d in directions}
-    pooled_tok = toks.pop() if len(toks) == 1 else "13a"
-    return {
+    def pooled(sets):
+        toks = {tokenize.get(d) or "13a" for d in sets}
+        tok = toks.pop() if len(toks) == 1 else "13a"
+        return {"directions": sets, "bleu_tokenize": tok, **tests(sets, tok)}
+
+    out = {
         "test": "paired bootstrap resampling (sacrebleu PairedTest, test type bs)",
         "n_samples": n_samples, "seeds": seeds,
         "directions": {d: tests([d], tokenize.get(d) or "13a") for d in directions},
-        "pooled": {"directions": directions, "bleu_tokenize": pooled_tok, **tests(directions, pooled_tok)},
+        "pooled": pooled(directions),
     }
+    if subsets:
+        chosen = {name: [d for d in directions if d in set(sets)] for name, sets in subsets.items()}
+        out["pooled_subsets"] = {name: pooled(sets) for name, sets in chosen.items() if sets}
+    return out
 
 
 def seed_summary(values: Sequence[Optional[float]]) -> Dict[str, object]:

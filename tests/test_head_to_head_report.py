@@ -17,13 +17,15 @@ import zlib
 import pytest
 
 from fairseq_langshare import cli, significance
+from fairseq_langshare.atomic_files import json_text
 from fairseq_langshare.recipes import head_to_head, head_to_head_record, head_to_head_report, head_to_head_standings
 from fairseq_langshare.recipes.head_to_head_models import MODELS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = "the a cat dog sat on mat house red blue green runs fast slow open file save quit".split()
 SAMPLES = 200  # bootstrap resamples: enough to order these systems, cheap
-PAIRS = {"o2m": ("en-xx", "en-yy"), "m2o": ("xx-en", "yy-en")}
+PAIRS = {"o2m": ("en-xx", "en-yy"), "m2o": ("xx-en", "yy-en"), "m2m": ("en-xx", "xx-en", "en-yy", "yy-en", "xx-yy")}
+ZERO_SHOT = ("xx-yy",)  # untrained: evaluate's zero-shot group
 # share of each sentence's words replaced, per model and seed: lsl better on every seed, clsr better
 # on seeds 1 and 3 and clearly worse on seed 2 (level whatever the p-value), adapters worse everywhere
 DAMAGE = {"baseline": (0.5, 0.5, 0.5), "lsl": (0.2, 0.25, 0.2), "clsr": (0.2, 0.8, 0.2), "adapters": (0.8, 0.8, 0.8)}
@@ -51,17 +53,19 @@ def _profile(name, pairs):
             "inference": {p: {"flops": FLOPS[name], "encoder": dict(stack), "decoder": dict(stack)} for p in pairs}}
 
 
-def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", updates=2000):
-    """One synthetic run's record, as ``head_to_head_runs.record_run`` lays it out."""
+def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", updates=2000, share=None):
+    """One synthetic run's record, as ``head_to_head_runs.record_run`` lays it out; ``share``:
+    {pair: share of words replaced} instead of DAMAGE's."""
     from sacrebleu.metrics import BLEU, CHRF
 
     pairs = PAIRS[direction]
-    hyps = {p: _damage(refs[p], DAMAGE[name][(seed - 1) % 3], zlib.crc32(f"{name} {seed} {p}".encode()))
-            for p in pairs}
+    hyps = {p: _damage(refs[p], (share or {}).get(p, DAMAGE[name][(seed - 1) % 3]),
+                       zlib.crc32(f"{name} {seed} {p}".encode())) for p in pairs}
     rows = {p: {"bleu": BLEU().corpus_score(hyps[p], [refs[p]]).score,
                 "chrf": CHRF().corpus_score(hyps[p], [refs[p]]).score, "spbleu": None,
                 "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-                "train_size": 5000 if p in ("en-xx", "xx-en") else 500, "group": "high" if "xx" in p else "low",
+                "train_size": None if p in ZERO_SHOT else 5000 if p in ("en-xx", "xx-en") else 500,
+                "group": "zero-shot" if p in ZERO_SHOT else "high" if "xx" in p else "low",
                 "n": len(refs[p])} for p in pairs}
     results = {"directions": rows, "hypotheses": hyps,
                "references": {p: {"path": f"/gone/test.{p}", "sha256": head_to_head_record._sha256_lines(refs[p]),
@@ -71,7 +75,8 @@ def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", upda
               "label": model.label, "arch": model.arch, "model_flags": list(model.argv(direction)),
               "reason": model.reason, "extra_compute": model.extra_compute or None,
               "train_flags": ["--lr", "0.002"], "evaluate_flags": ["--split", "test", "--beam", "4"],
-              "corpus": {"path": f"demo_run/corpus_{direction}", "langs": "en,xx,yy", "lang_pairs": ",".join(pairs)},
+              "corpus": {"path": f"demo_run/corpus_{direction}", "langs": "en,xx,yy",
+                         "lang_pairs": ",".join(p for p in pairs if p not in ZERO_SHOT)},
               "profile": _profile(name, pairs), "validation": {"loss": 5.0, "num_updates": float(updates)},
               "wall_seconds": {"train": 1000.0 + seed, "evaluate": 75.0},
               "provenance": {"package_commit": "a" * 40, "package_dirty": False,
@@ -242,7 +247,8 @@ def test_readme_standings_come_from_the_json(reported):
     latent = next(line for line in block.splitlines() if line.startswith("| latent depth (`latent_depth`) |"))
     assert latent.count("not yet recorded") == 9  # a model the record has no run of
     assert ("**Which method to use?** O2M (seeds 1, 2, 3): use **LSL** (better on BLEU and chrF; equal inference "
-            "cost). Behind the baseline: language adapters (BLEU and chrF). M2O: not yet recorded.") in block
+            "cost). Behind the baseline: language adapters (BLEU and chrF). Not compared (not yet recorded): baseline "
+            "(pre-norm), latent depth, adaptive sparse (FFN). M2O: not yet recorded.") in block
     # no record at all: no table, no advice
     empty = head_to_head_standings.standings_markdown(None)
     assert "**Not yet recorded**" in empty and "| model |" not in empty and "Which method" not in empty
@@ -378,3 +384,113 @@ def test_report_only_reproduces_the_committed_results(tmp_path, monkeypatch):
                  "readme": os.path.join(REPO, "README.md")}
     a, b = _bytes(committed), _bytes(paths)
     assert [k for k in a if a[k] != b[k]] == [], "run `langshare head-to-head --report-only` and commit its outputs"
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_bootstrap_samples_below_one_refused(tmp_path, capsys, value):
+    """Was: 0 became the default 1000 (``n_samples or DEFAULT``), a report of other tests than asked for."""
+    paths = _outputs(tmp_path)
+    make_record(tmp_path / "record", models=("baseline", "lsl"), seeds=(1,))
+    with pytest.raises(SystemExit) as exit_:  # refused when the command line is parsed (option_ranges)
+        cli.main(["head-to-head", "--report-only", "--record-dir", str(tmp_path / "record"), "--bootstrap-samples",
+                  value, "--out-json", paths["out_json"], "--out-md", paths["out_md"], "--figure",
+                  paths["figure"], "--readme", paths["readme"]])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and err[-1] == ("langshare head-to-head: error: argument --bootstrap-samples: "
+                                                 f"{value} is outside [1, inf): resamples per test"), err
+    assert not os.path.exists(paths["out_json"])
+    with pytest.raises(ValueError, match=f"--bootstrap-samples {value}: pass at least 1"):  # and by the library
+        head_to_head.head_to_head(report_only=True, record_dir=str(tmp_path / "record"), n_samples=int(value),
+                                  **paths)
+
+
+def test_the_advice_names_the_models_it_did_not_compare(tmp_path):
+    """Was: a direction with only the baseline recorded (or with models missing, e.g. failed runs)
+    advised "no model is better than the baseline ...: use the shared baseline", a conclusion about
+    models never compared."""
+    make_record(tmp_path / "record", models=("baseline",), seeds=(1,))
+    only = head_to_head_standings.standings_markdown(
+        head_to_head_report.build(str(tmp_path / "record"), 20, open(os.devnull, "w")))
+    assert "no model is better" not in only and "use the shared baseline" not in only
+    assert "O2M (seeds 1): only the baseline is recorded, no model is compared yet." in only
+    make_record(tmp_path / "record", models=("lsl",), seeds=(1,))
+    some = head_to_head_standings.standings_markdown(
+        head_to_head_report.build(str(tmp_path / "record"), 20, open(os.devnull, "w")))
+    advice = some[some.index("**Which method to use?**"):]
+    missing = ", ".join(m.label for m in MODELS if m.name not in ("baseline", "lsl"))
+    assert f"Not compared (not yet recorded): {missing}." in advice.split("M2O:")[0], advice
+
+
+def test_a_set_with_zero_shot_directions_gets_a_verdict_for_each_kind(tmp_path):
+    """M2M: the supervised and the zero-shot directions pooled separately, by the same rule, in the
+    JSON, the tables and README's standings (was: one verdict over both pooled, which a gain on the
+    trained directions decides while the zero-shot ones, what the papers' claims are about, lose)."""
+    refs = {p: _sentences(40, i) for i, p in enumerate(PAIRS["m2m"])}
+    for seed in (1, 2):
+        write_run(tmp_path / "record", "m2m", "baseline", seed, refs, share={p: 0.5 for p in refs})
+        write_run(tmp_path / "record", "m2m", "lsl", seed, refs,
+                  share={p: 0.8 if p in ZERO_SHOT else 0.3 for p in refs})  # better trained, worse zero-shot
+    data = head_to_head_report.build(str(tmp_path / "record"), 50, open(os.devnull, "w"))
+    lsl = data["directions"]["m2m"]["models"]["lsl"]
+    for metric in ("bleu", "chrf"):
+        kinds = {kind: v[metric]["verdict"] for kind, v in lsl["verdict_by_kind"].items()}
+        assert kinds == {"supervised": "better", "zero-shot": "worse"}, kinds
+        zero = lsl["verdict_by_kind"]["zero-shot"][metric]
+        assert zero["delta"] < 0 and max(zero["seed_deltas"]) < 0 and zero["p_value"] < 0.05
+        assert lsl["verdict_by_kind"]["zero-shot"]["directions"] == list(ZERO_SHOT)
+    assert data["directions"]["m2m"]["models"]["baseline"]["verdict_by_kind"] is None
+    section = head_to_head_report.markdown(data)
+    assert "| zero-shot (pooled) | **worse** " in section and "| supervised (pooled) | **better** " in section
+    block = head_to_head_standings.standings_markdown(data)
+    row = next(line for line in block.splitlines() if line.startswith("| LSL (`lsl`) |"))
+    m2m_bleu = [c.strip() for c in row.split("|")[2:-1]][4]
+    assert m2m_bleu.startswith("supervised **better** +") and "; zero-shot **worse** -" in m2m_bleu, m2m_bleu
+    advice = block[block.index("M2M (seeds 1, 2)"):]
+    assert advice.startswith("M2M (seeds 1, 2): supervised directions: use **LSL** (better on BLEU and chrF; "
+                             "equal inference cost); zero-shot directions: no model is better"), advice
+    assert "Behind the baseline on the zero-shot directions: LSL (BLEU and chrF)." in advice
+    # a set without zero-shot directions has no such split
+    make_record(tmp_path / "o2m", models=("baseline", "lsl"), seeds=(1,))
+    o2m = head_to_head_report.build(str(tmp_path / "o2m"), 20, open(os.devnull, "w"))
+    assert o2m["directions"]["o2m"]["models"]["lsl"]["verdict_by_kind"] is None
+    assert "(pooled) |" not in head_to_head_report.markdown(o2m).replace("all (pooled) |", "")
+
+
+def test_a_head_to_head_outside_the_record_leaves_the_records_report_alone(tmp_path, monkeypatch, capsys):
+    """Was: `langshare head-to-head --directions o2m` (docs/head_to_head.md), recording into
+    RUNS_DIR/record, rewrote docs/results/head_to_head.json, docs/results.md's section, the figure
+    and README's standings with its own runs. Its report now goes beside its runs; the head-to-head
+    of record (--record-dir docs/results/head_to_head) and --report-only still write the repository's."""
+    monkeypatch.chdir(tmp_path)
+    repository = _outputs(tmp_path)  # docs/results.md and README.md as the repository has them
+    before = _bytes({"out_md": repository["out_md"], "readme": repository["readme"]})
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "manifest.json").write_text("{}")
+
+    def execute(runs, jobs, device="cpu", stream=None, record_dir=None):  # the runs, as recorded
+        make_record(record_dir, models=("baseline", "lsl"), seeds=(1,))
+        return []
+
+    monkeypatch.setattr(head_to_head, "execute", execute)
+    monkeypatch.setattr(head_to_head, "print_plan", lambda runs, jobs, stream=None: ([], {}))
+    assert cli.main(["head-to-head", "--models", "baseline,lsl", "--directions", "o2m", "--seeds", "1",
+                     "--corpus", f"o2m={corpus}", "--runs-dir", "runs", "--bootstrap-samples", "20"]) in (0, None)
+    assert _bytes({"out_md": repository["out_md"], "readme": repository["readme"]}) == before
+    assert not os.path.exists(repository["out_json"]) and not os.path.exists(repository["figure"])
+    assert json.load(open("runs/head_to_head.json"))["record"]["dir"] == os.path.join("runs", "record")
+    assert os.path.isfile("runs/head_to_head.png") and head_to_head_report.START in open("runs/results.md").read()
+    assert head_to_head_standings.START in open("runs/standings.md").read()
+
+
+def test_the_report_does_not_depend_on_how_the_record_dir_is_spelled(tmp_path, monkeypatch):
+    """Was: `--record-dir /abs/path/docs/results/head_to_head` wrote that machine's path into the
+    JSON, the section and README (so the README test took it for another record), and sent the
+    report into docs/results/ instead of the repository's files."""
+    monkeypatch.chdir(tmp_path)
+    make_record(head_to_head_record.RECORD_DIR, models=("baseline", "lsl"), seeds=(1,))
+    spelled = [head_to_head_record.RECORD_DIR, str(tmp_path / head_to_head_record.RECORD_DIR),
+               "./" + head_to_head_record.RECORD_DIR + "/"]
+    texts = {json_text(head_to_head_report.build(d, 20, open(os.devnull, "w"))) for d in spelled}
+    assert len(texts) == 1 and json.loads(texts.pop())["record"]["dir"] == head_to_head_record.RECORD_DIR
+    assert all(head_to_head.report_outputs(d)["readme"] == "README.md" for d in spelled)

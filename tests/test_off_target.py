@@ -215,3 +215,28 @@ def test_a_model_forced_to_the_wrong_target_token_is_off_target(french_german_mo
     cmp = comparison.compare([("right", right), ("wrong", wrong)], baseline="right", test=False)
     text = comparison.comparison_markdown(cmp)
     assert "Off-target rate, %" in text and cmp["systems"]["wrong"]["off_target"]["averages"]["all"]["mean"] >= 90
+
+
+def test_adding_rates_without_the_identifier_changes_no_file(tmp_path, monkeypatch, capsys):
+    """`langshare off-target --results` where py3langid is missing: one line, and the results keep
+    the rates they hold (was: every rate overwritten with null and the file rewritten)."""
+    from fairseq_langshare import cli
+
+    corpus = reference_corpus(tmp_path / "c", ["en", "fr"])
+    results = {"corpus": corpus, "split": "test", "directions": {"en-fr": {"group": "high"}},
+               "averages": {"all": {}}, "hypotheses": {"en-fr": sentences("fr", 25, 7)}}
+    off_target.add_off_target(results)
+    assert results["directions"]["en-fr"]["off_target"] == 0.0
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(results))
+    before = path.read_bytes()
+
+    def missing(languages):
+        raise off_target.OffTargetError(f"the off-target rate needs py3langid, which is not installed: "
+                                        f"{off_target.INSTALL}")
+
+    monkeypatch.setattr(off_target, "Identifier", missing)
+    assert cli.main(["off-target", "--results", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs py3langid" in err[0], err
+    assert path.read_bytes() == before

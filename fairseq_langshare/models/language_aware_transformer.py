@@ -27,6 +27,7 @@ from ..languages import LanguageInventory, decode_inventory, decode_settings, en
 from ..modules.activation_checkpointing import replace_fairseq_checkpointing
 from ..modules.auxiliary import collect_auxiliary
 from ..modules.routing import LanguageIds
+from ..option_ranges import check_contradictions
 from .config_transformer import ConfigTransformerModel
 
 logger = logging.getLogger(__name__)
@@ -136,6 +137,11 @@ class LanguageAwareTransformerModel(ConfigTransformerModel):
         return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
                             alignment_layer=alignment_layer, alignment_heads=alignment_heads,
                             src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+
+    def check_training_run(self, args) -> None:
+        """Called by the task when a training run starts (not when a checkpoint is decoded): options that
+        contradict each other (``only_with`` in ``config_class``) are refused."""
+        check_contradictions(self.cfg, self.config_class)
 
     # --- auxiliary losses -------------------------------------------------------------
     def auxiliary_outputs(self):

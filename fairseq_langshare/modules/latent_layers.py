@@ -38,9 +38,9 @@ from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_from_state, scaled_value, set_scaled_value
 from .schedules import ScheduledModule, exponential_ramp, keep_horizons, linear_ramp
 
-__all__ = ["gumbel_sigmoid", "bernoulli_kl", "kl_to_prior", "target_depth_loss", "keep_table", "LayerSelector",
-           "keep_from_state", "resolve_keep_rule", "alpha_from_state", "undecided_share", "PRIORS", "KEEP_RULES", "RUN", "SKIP",
-           "DECISIVE"]
+__all__ = ["gumbel_sigmoid", "gumbel_logits", "bernoulli_kl", "kl_to_prior", "target_depth_loss", "keep_table",
+           "LayerSelector", "keep_from_state", "resolve_keep_rule", "alpha_from_state", "undecided_share", "PRIORS",
+           "KEEP_RULES", "RUN", "SKIP", "DECISIVE"]
 
 PRIORS = ("uniform", "aggregated")
 KEEP_RULES = ("threshold", "top-k")
@@ -61,9 +61,15 @@ def gumbel_sigmoid(logits: Tensor, tau: float) -> Tensor:
     """Eq. 5 for the two outcomes {skip, select}: ``sigmoid((alpha + g1 - g0) / tau)`` with
     g0, g1 ~ Gumbel(0, 1). The difference of two Gumbels is Logistic(0, 1), drawn here as
     ``log u - log(1 - u)``; samples lie in [0, 1] and become discrete as tau -> 0."""
+    return torch.sigmoid(gumbel_logits(logits, tau))
+
+
+def gumbel_logits(logits: Tensor, tau: float) -> Tensor:
+    """The argument of ``gumbel_sigmoid``'s sigmoid, ``(alpha + g1 - g0) / tau``: ``F.logsigmoid`` of it is
+    log s, finite where s itself rounds to 0 or 1."""
     u = torch.rand_like(logits, dtype=torch.float32).clamp_(_EPS, 1.0 - _EPS)
     noise = torch.log(u) - torch.log1p(-u)
-    return torch.sigmoid((logits.float() + noise) / tau)
+    return (logits.float() + noise) / tau
 
 
 def bernoulli_kl(log_q1: Tensor, log_q0: Tensor, p1: Tensor) -> Tensor:

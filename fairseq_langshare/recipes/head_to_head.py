@@ -23,6 +23,7 @@ from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
 from .head_to_head_runs import (DEFAULT_CORPORA, DEFAULT_UPDATES, EVALUATE_FLAGS, EVALUATE_SECONDS, FLOPS_TOLERANCE,
                                 TRAIN_FLAGS, UPDATES_PER_SECOND, Run, _standin_data, equal_cost_problems, execute,
                                 import_run, inference_cost, percent_text, plan, profile, ratio_text, train_argv)
+from ..option_ranges import Range
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -109,29 +110,46 @@ def check_record(record_dir: str, runs: List[Run]) -> None:
                                      f"another --record-dir")
 
 
+def report_outputs(record_dir: str) -> Dict[str, str]:
+    """Where the report of ``record_dir`` goes by default: for the head-to-head of record
+    (``head_to_head_record.RECORD_DIR``) the repository's results JSON, results section, figure and
+    README; for any other record, files in the folder that holds it (RUNS_DIR for the default
+    RUNS_DIR/record), so that a trial run never rewrites the record's report."""
+    if head_to_head_report.record_path(record_dir) == head_to_head_record.RECORD_DIR:
+        return {"out_json": "docs/results/head_to_head.json", "out_md": "docs/results.md",
+                "figure": "docs/img/head_to_head.png", "readme": "README.md"}
+    beside = os.path.dirname(os.path.normpath(record_dir))
+    return {"out_json": os.path.join(beside, "head_to_head.json"), "out_md": os.path.join(beside, "results.md"),
+            "figure": os.path.join(beside, "head_to_head.png"), "readme": os.path.join(beside, "standings.md")}
+
+
 def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), updates=DEFAULT_UPDATES,
                  runs_dir="runs/head_to_head", corpora=None, jobs=2, device="cpu", dry_run=False, imports=(),
-                 out_json="docs/results/head_to_head.json", out_md="docs/results.md",
-                 figure="docs/img/head_to_head.png", analyze=False, examples=0, train_flags=(), stream=None,
-                 record_dir=None, readme="README.md", report_only=False, n_samples=None):
+                 out_json=None, out_md=None, figure=None, analyze=False, examples=0, train_flags=(), stream=None,
+                 record_dir=None, readme=None, report_only=False, n_samples=None):
     """Plan (and print), then train, evaluate, record every run in ``record_dir`` (default
     RUNS_DIR/record) and report the record; with ``analyze``, run each method's analysis on its
     first seed; print ``examples`` translations per shown direction; ``train_flags``: fairseq-train
     flags of every run after the head-to-head's own (``make demo``'s short-budget settings).
     ``report_only``: report the record in ``record_dir`` (default: the head-to-head of record's)
     and nothing else; ``n_samples``: bootstrap resamples of each test (default sacrebleu's 1000).
-    Returns the runs (``report_only``: the results JSON)."""
+    ``out_json``, ``out_md``, ``figure``, ``readme``: the report's files (None: ``report_outputs``;
+    "": not written). Returns the runs (``report_only``: the results JSON)."""
     stream = stream or sys.stdout
-    head_to_head_report.check_outputs(out_json, out_md, figure, readme)  # not after hours of training
-    n_samples = n_samples or significance.DEFAULT_SAMPLES
+    record_dir = record_dir or (head_to_head_record.RECORD_DIR if report_only else os.path.join(runs_dir, "record"))
+    given = {"out_json": out_json, "out_md": out_md, "figure": figure, "readme": readme}
+    outputs = {k: (v if v is not None else default) or None
+               for (k, v), default in zip(given.items(), report_outputs(record_dir).values())}
+    if not outputs["out_json"]:
+        raise ValueError("--out-json '': the report needs its results JSON; pass a file name")
+    head_to_head_report.check_outputs(**outputs)  # not after hours of training
+    n_samples = significance.DEFAULT_SAMPLES if n_samples is None else n_samples
     if n_samples < 1:
         raise ValueError(f"--bootstrap-samples {n_samples}: pass at least 1 (the default is "
                          f"{significance.DEFAULT_SAMPLES})")
     if report_only:
-        return head_to_head_report.report(record_dir or head_to_head_record.RECORD_DIR, out_json, out_md, figure,
-                                          readme, stream, n_samples)
+        return head_to_head_report.report(record_dir, stream=stream, n_samples=n_samples, **outputs)
     corpora = {**DEFAULT_CORPORA, **(corpora or {})}
-    record_dir = record_dir or os.path.join(runs_dir, "record")
     runs = plan(models or [m.name for m in MODELS], directions, seeds, runs_dir, corpora, updates, train_flags)
     check_record(record_dir, runs)
     if not dry_run:
@@ -148,7 +166,7 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
         return runs
     failures = execute(runs, jobs, device, stream, record_dir=record_dir)
     if os.path.isdir(record_dir):
-        head_to_head_report.report(record_dir, out_json, out_md, figure, readme, stream, n_samples)
+        head_to_head_report.report(record_dir, stream=stream, n_samples=n_samples, **outputs)
     if examples:
         print_examples(runs, examples, stream)
     if analyze:
@@ -232,11 +250,12 @@ def _run(args):
         corpora[direction] = path
     try:
         head_to_head(models=args.models.split(",") if args.models else None, directions=args.directions.split(","),
-                     seeds=[int(s) for s in args.seeds.split(",")], updates=args.updates, runs_dir=args.runs_dir,
+                     seeds=args.seeds, updates=args.updates, runs_dir=args.runs_dir,
                      corpora=corpora, jobs=args.jobs, device=args.device, dry_run=args.dry_run,
-                     imports=args.import_run or (), out_json=args.out_json, out_md=args.out_md, figure=args.figure,
+                     imports=args.import_run or (), out_json=getattr(args, "out_json", None),
+                     out_md=getattr(args, "out_md", None), figure=getattr(args, "figure", None),
                      analyze=args.analyze, examples=args.examples, train_flags=shlex.split(args.train_flags),
-                     record_dir=args.record_dir, readme=args.readme or None, report_only=args.report_only,
+                     record_dir=args.record_dir, readme=getattr(args, "readme", None), report_only=args.report_only,
                      n_samples=args.bootstrap_samples)
     except RuntimeError as error:
         print(f"langshare head-to-head: {error}", file=sys.stderr)
@@ -258,14 +277,17 @@ def add_subcommand(subparsers):
     p.add_argument("--directions", default="o2m,m2o",
                    help="comma-separated direction sets: o2m, m2o, m2m (many-to-many: both directions through English, "
                         "evaluated also on the zero-shot directions; run after the O2M/M2O record)")
-    p.add_argument("--seeds", default="1,2,3", help="comma-separated training seeds")
-    p.add_argument("--updates", type=int, default=DEFAULT_UPDATES, help="updates of every run")
+    p.add_argument("--seeds", default=[1, 2, 3], type=Range(1, why="a training seed").list_of(int),
+                   help="comma-separated training seeds")
+    p.add_argument("--updates", type=Range(1, why="updates").of(int),
+                   default=DEFAULT_UPDATES, help="updates of every run")
     p.add_argument("--runs-dir", default="runs/head_to_head", help="runs go to RUNS_DIR/<direction>/<model>/seed<k>/")
     p.add_argument("--corpus", action="append", metavar="DIRECTION=DIR",
                    help=f"corpus of a direction set (default: {DEFAULT_CORPORA['o2m']}, {DEFAULT_CORPORA['m2o']} and "
                         f"{DEFAULT_CORPORA['m2m']}, built as scripts/quality_lib.sh builds them when missing; M2M's "
                         "with --direction both --zero-shot all)")
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each")
+    p.add_argument("--jobs", type=Range(1, why="runs at a time").of(int),
+                   default=2, help="runs at a time, one thread each")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: train without --cpu")
     p.add_argument("--import-run", nargs=3, action="append", metavar=("MODEL", "SEED", "DIR"),
                    help="link a finished run trained elsewhere with these settings (e.g. /work/runs/bin/train.sh) "
@@ -274,25 +296,34 @@ def add_subcommand(subparsers):
                                                           "estimated time) and stop")
     p.add_argument("--analyze", action="store_true",
                    help="run each method's `langshare analyze` on its first seed (into <run>/analysis/)")
-    p.add_argument("--examples", type=int, default=0,
+    p.add_argument("--examples", type=Range(0, why="translations shown").of(int), default=0,
                    help="print this many test translations of every model for the largest, a middle and the "
                         "smallest direction")
     p.add_argument("--train-flags", default="",
                    help="fairseq-train flags for every run, after the head-to-head's settings (a flag given here "
                         "wins), recorded in the results; write it with '=', e.g. make demo's "
                         "--train-flags='--max-tokens 1024 --dropout 0'")
-    p.add_argument("--out-json", default="docs/results/head_to_head.json", help="results JSON")
-    p.add_argument("--out-md", default="docs/results.md",
-                   help="markdown file whose head-to-head section is (re)written")
-    p.add_argument("--figure", default="docs/img/head_to_head.png", help="per-direction BLEU delta figure")
+    where = (f"(default: for the head-to-head of record, --record-dir {head_to_head_record.RECORD_DIR} or "
+             "--report-only, the repository's {}; for another record, {} in the folder that holds it, RUNS_DIR for "
+             "the default RUNS_DIR/record)")
+    p.add_argument("--out-json", default=argparse.SUPPRESS,
+                   help="results JSON " + where.format("docs/results/head_to_head.json", "head_to_head.json"))
+    p.add_argument("--out-md", default=argparse.SUPPRESS,
+                   help="markdown file whose head-to-head section is (re)written; '' for none "
+                        + where.format("docs/results.md", "results.md"))
+    p.add_argument("--figure", default=argparse.SUPPRESS,
+                   help="per-direction BLEU delta figure; '' for none " + where.format("docs/img/head_to_head.png",
+                                                                                      "head_to_head.png"))
     p.add_argument("--record-dir", default=None,
                    help="write each run's record (scores, hypotheses, flags, cost, commit, machine) here as soon "
                         "as it is evaluated, and report from it (default: RUNS_DIR/record; the head-to-head of "
                         f"record's is {head_to_head_record.RECORD_DIR}, the default of --report-only; "
                         "docs/head_to_head.md, 'The record')")
-    p.add_argument("--readme", default="README.md",
-                   help="markdown file whose method standings block is (re)written from the results; '' for none")
-    p.add_argument("--bootstrap-samples", type=int, default=significance.DEFAULT_SAMPLES,
+    p.add_argument("--readme", default=argparse.SUPPRESS,
+                   help="markdown file whose method standings block is (re)written from the results; '' for none "
+                        + where.format("README.md", "standings.md"))
+    p.add_argument("--bootstrap-samples", type=Range(1, why="resamples per test").of(int),
+                   default=significance.DEFAULT_SAMPLES,
                    help="paired bootstrap resamples per test (the JSON records it: a report with another number "
                         "is another report)")
     p.add_argument("--report-only", action="store_true",

@@ -104,10 +104,18 @@ def _pooled(system: Dict) -> Dict:
     return sig.get("pooled") or {}
 
 
+def _verdicts(pooled: Dict) -> Optional[Dict]:
+    """{metric: verdict, delta, p-value, each seed's delta} of a pooled test, if tested."""
+    return {m: {"verdict": pooled[m]["verdict"], "delta": pooled[m]["seeds_concatenated"]["delta"],
+                "p_value": pooled[m]["seeds_concatenated"]["p_value"], "seed_deltas": pooled[m]["seed_deltas"]}
+            for m in METRICS if m in pooled} or None
+
+
 def _model_entry(name: str, seeds: List[Dict], cmp: Dict, cost: Dict, record_dir: str) -> Dict:
     first = seeds[0]
     system = cmp["systems"][name]
     pooled = _pooled(system)
+    kinds = (system.get("significance") or {}).get("pooled_subsets")
     return {
         "label": first["label"], "arch": first["arch"], "flags": first["model_flags"], "reason": first["reason"],
         "extra_compute": first["extra_compute"],
@@ -124,9 +132,10 @@ def _model_entry(name: str, seeds: List[Dict], cmp: Dict, cost: Dict, record_dir
         "pooled_p_value": {m: pooled[m]["seeds_concatenated"]["p_value"] for m in METRICS if m in pooled} or None,
         "pooled_p_value_per_seed": {m: [t["p_value"] for t in pooled[m]["per_seed"]] for m in METRICS
                                     if m in pooled} or None,
-        "verdict": {m: {"verdict": pooled[m]["verdict"], "delta": pooled[m]["seeds_concatenated"]["delta"],
-                        "p_value": pooled[m]["seeds_concatenated"]["p_value"], "seed_deltas": pooled[m]["seed_deltas"]}
-                    for m in METRICS if m in pooled} or None,
+        "verdict": _verdicts(pooled),
+        # a set with zero-shot directions: the supervised and the zero-shot ones each pooled on its own
+        "verdict_by_kind": {kind: {"directions": row["directions"], **(_verdicts(row) or {})} for kind, row in kinds.items()}
+                           if kinds else None,
     }
 
 
@@ -171,6 +180,12 @@ def _block(record_dir: str, direction: str, models: Dict[str, List[Dict]], n_sam
     }
 
 
+def record_path(record_dir: str) -> str:
+    """How the report names the record: relative to the working directory (the repository's root
+    for the head-to-head of record), however it was spelled, so that no machine's path gets in."""
+    return os.path.relpath(os.path.abspath(record_dir))
+
+
 def build(record_dir: str, n_samples: int = significance.DEFAULT_SAMPLES, stream=None) -> Dict:
     """The results JSON of the record in ``record_dir``: a block per direction whose baseline is
     recorded, on the seeds every model of the direction has."""
@@ -184,10 +199,11 @@ def build(record_dir: str, n_samples: int = significance.DEFAULT_SAMPLES, stream
         print(f"not reported (not every model of the direction has that seed, or no baseline): {', '.join(left_out)}",
               file=stream)
     blocks = {d: _block(record_dir, d, m, n_samples, left_out, stream) for d, m in models.items()}
+    where = record_path(record_dir)
     return {
         "generated": max((b["generated"] for b in blocks.values()), default=None),
-        "record": {"dir": os.path.normpath(record_dir), "format": head_to_head_record.FORMAT,
-                   "command": f"langshare head-to-head --report-only --record-dir {shlex.quote(os.path.normpath(record_dir))}"},
+        "record": {"dir": where, "format": head_to_head_record.FORMAT,
+                   "command": f"langshare head-to-head --report-only --record-dir {shlex.quote(where)}"},
         **settings, "baseline": BASELINE,
         "verdict_rule": f"better (worse) where the paired bootstrap of the seed-concatenated systems gives p < "
                         f"{significance.ALPHA} and their delta and every seed's delta are above (below) zero; level "
