@@ -78,7 +78,10 @@ class Identifier:
         self.languages = list(languages)
         self.labels = {code: identifier_label(code) for code in self.languages}
         self.unknown = [c for c in self.languages if self.labels[c] not in known]
-        self._model.set_languages(sorted({lab for c, lab in self.labels.items() if c not in self.unknown}))
+        usable = sorted({lab for c, lab in self.labels.items() if c not in self.unknown})
+        if usable:  # an empty restriction would leave py3langid no label to choose (argmax of nothing)
+            self._model.set_languages(usable)
+        self._usable = bool(usable)
         owners = {}
         for code in self.languages:
             if code not in self.unknown:
@@ -88,8 +91,10 @@ class Identifier:
         self._codes = {lab: "/".join(codes) for lab, codes in owners.items()}  # label -> what the tables call it
 
     def identify(self, texts: Sequence[str], min_chars: int = MIN_CHARS) -> List[Optional[str]]:
-        """Each text's label, or None when it has fewer than ``min_chars`` characters."""
-        return [self._model.classify(t.strip())[0] if len(t.strip()) >= min_chars else None for t in texts]
+        """Each text's label, or None when it has fewer than ``min_chars`` characters or no language
+        of the corpus is known to the identifier."""
+        return [self._model.classify(t.strip())[0] if self._usable and len(t.strip()) >= min_chars else None
+                for t in texts]
 
     def code(self, label: str) -> str:
         return self._codes.get(label, label)

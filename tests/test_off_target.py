@@ -240,3 +240,15 @@ def test_adding_rates_without_the_identifier_changes_no_file(tmp_path, monkeypat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs py3langid" in err[0], err
     assert path.read_bytes() == before
+
+
+def test_a_corpus_of_languages_the_identifier_does_not_know_gets_no_rate_and_no_error():
+    """Placeholder codes (a recipe mirror's xx/yy): every language excluded as unknown; evaluate must
+    not fail on it (was: py3langid's argmax of an empty label set, which failed every recipe test)."""
+    pytest.importorskip("py3langid")
+    from fairseq_langshare import off_target
+
+    identifier = off_target.Identifier(["xx", "yy"])
+    assert identifier.identify(["a sentence that is long enough to be identified"]) == [None]
+    rows = off_target.measure(identifier, {"xx": ["a sentence that is long enough to be identified"], "yy": []})
+    assert not any(row["included"] for row in rows.values())
