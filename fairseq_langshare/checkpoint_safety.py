@@ -7,6 +7,13 @@ arbitrary code from an untrusted file. Instead, importing ``fairseq_langshare`` 
 exactly the classes that fairseq and fairseq_langshare checkpoints contain, and a checkpoint
 that holds any other global is refused with one line naming it.
 
+A checkpoint resumed by several ranks is read by rank 0 alone, which hands it to the others with
+fairseq's ``broadcast_object``: pickled in memory and unpickled with ``torch.load``, weights-only too,
+which refused the config object in it (``omegaconf.dictconfig.DictConfig``) and fairseq's own tensor
+placeholders, so every distributed resume stopped on rank 1. Those bytes are no file: rank 0 of the same
+job wrote them from the checkpoint it had just loaded under the allow-list, so the other ranks unpickle
+them in full (``_broadcast_object_slow``).
+
 A file torch cannot read at all (truncated by a full disk or a killed copy, empty, random bytes) is
 refused with one line too: its size, why, and the newest readable checkpoint next to it (for a broken
 ``checkpoint_last.pt``: how to resume from that one, with any fairseq 0.12). Never with torch's advice to switch weights-only
@@ -118,6 +125,28 @@ def _explain_unreadable(path, error: Exception) -> str:
     if name.startswith("checkpoint_last"):
         return f"{text}: to resume training from it, move {name} aside and copy that file to {name}"
     return f"{text}: use that one"
+
+
+def _broadcast_object_slow(obj, src_rank, group, dist_device):
+    """fairseq's ``distributed.utils._broadcast_object_slow``, except that the receiving ranks unpickle
+    with ``weights_only=False`` (see the module's doc)."""
+    import io
+
+    from fairseq.distributed.utils import broadcast, get_rank
+
+    if get_rank(group) == src_rank:
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        buffer = torch.ByteTensor(buffer.getbuffer()).to(dist_device)
+        length = torch.LongTensor([len(buffer)]).to(dist_device)
+        broadcast(length, src=src_rank, group=group)
+        broadcast(buffer, src=src_rank, group=group)
+        return obj
+    length = torch.LongTensor([0]).to(dist_device)
+    broadcast(length, src=src_rank, group=group)
+    buffer = torch.ByteTensor(int(length.item())).to(dist_device)
+    broadcast(buffer, src=src_rank, group=group)
+    return torch.load(io.BytesIO(buffer.cpu().numpy()), map_location="cpu", weights_only=False)
 
 
 def _describe(obj) -> str:
@@ -250,7 +279,9 @@ def install() -> None:
     if add_safe_globals is not None:
         add_safe_globals(SAFE_GLOBALS)
     from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
 
+    distributed_utils._broadcast_object_slow = _broadcast_object_slow
     original = checkpoint_utils.load_checkpoint_to_cpu
     if getattr(original, "_langshare_wrapped", False):
         return

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
-import torch.utils.checkpoint
 from fairseq.dataclass import ChoiceEnum
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
@@ -29,6 +28,7 @@ from fairseq.models.transformer.transformer_legacy import base_architecture
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from omegaconf import OmegaConf, open_dict
 
+from ..modules.activation_checkpointing import checkpoint
 from ..modules.latent_layers import (KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_from_state,
                                      resolve_keep_rule)
 from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_layer_on_rows
@@ -209,7 +209,7 @@ def make_selector(cfg, stack: str) -> Optional[LayerSelector]:
 
 def _wrap_like_fairseq(layer, cfg):
     """What fairseq's build_*_layer does after building a layer (FSDP). Activation checkpointing
-    happens inside the layer (``LatentLayerMixin._run``): fairseq's re-entrant checkpoint would not
+    happens inside the layer (``LatentLayerMixin._with_z``): fairseq's re-entrant checkpoint would not
     carry z's gradient back to the selection logits."""
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
 
@@ -240,9 +240,9 @@ class LatentLayerMixin:
         self.__dict__["_subset"].reorder(incremental_state, new_order)
 
     def _with_z(self, z, run):
-        if z is None:  # inference: a kept layer is a plain pre-norm layer (z = 1)
-            return run()
-
+        """``run()`` with the layer's outputs scaled by ``z`` (None: z = 1, at inference and from the
+        commit on), its activations recomputed in the backward pass under --checkpoint-activations
+        (before and after the commit; non-reentrant: z's gradient reaches the logits)."""
         def call():
             self.__dict__["_z"] = z
             try:
@@ -251,8 +251,8 @@ class LatentLayerMixin:
                 self.__dict__["_z"] = None
 
         if self.checkpoint_activations and self.training and torch.is_grad_enabled():
-            return torch.utils.checkpoint.checkpoint(call, use_reentrant=False)  # z's gradient reaches the logits
-        return call()
+            return checkpoint(call)
+        return run() if z is None else call()
 
     def _run(self, x, run, skipped, on_rows=None, incremental_state=None):
         """``run()`` the layer on every row, ``on_rows(rows)`` on some (None: cannot), or

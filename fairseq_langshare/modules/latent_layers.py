@@ -24,6 +24,7 @@ than the weights, so that a CPU-sized run can move them as far as the paper's lo
 per forward call, reports the loss terms and statistics, and tells each layer what to do.
 """
 
+import logging
 import warnings
 from typing import List, Optional, Sequence
 
@@ -46,6 +47,14 @@ KEEP_RULES = ("threshold", "top-k")
 DECISIVE = 0.9  # a posterior is decided when q(z_l = 1) >= DECISIVE or <= 1 - DECISIVE
 RUN, SKIP = "run", "skip"  # what a layer does at inference (or a (1, B, 1) mask of the rows that keep it)
 _EPS = 1e-6
+logger = logging.getLogger(__name__)
+
+
+def _first_rank() -> bool:
+    """Whether this process logs for the job: a single process, or rank 0 of a distributed one."""
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
 def gumbel_sigmoid(logits: Tensor, tau: float) -> Tensor:
@@ -244,6 +253,28 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
             self.committed.fill_(True)
         self.logits.requires_grad_(False)
         self._cache.clear()
+        message = self.unkept_layers_message()
+        if message and _first_rank():
+            logger.warning(message)
+
+    def unkept_layers_message(self) -> Optional[str]:
+        """One line naming the layers (1-based) no trained language keeps in the committed decision,
+        or None when every layer is kept by some language."""
+        keep = self.committed_keep[self.trained_languages]
+        unkept = (~keep.any(0)).nonzero().flatten().tolist() if keep.numel() else []
+        if not unkept:
+            return None
+        layers = ", ".join(str(i + 1) for i in unkept)
+        text = (f"latent depth committed at update {self.num_updates}: {self.name} layer{'s' if len(unkept) > 1 else ''} "
+                f"{layers} (of {self.num_layers}) {'are' if len(unkept) > 1 else 'is'} kept by no language, so "
+                f"{'they train' if len(unkept) > 1 else 'it trains'} no more and decoding skips "
+                f"{'them' if len(unkept) > 1 else 'it'} (the weights stay in the checkpoint)")
+        if keep.size(0) > 1 and bool((keep == keep[:1]).all()):
+            kept = ", ".join(str(i + 1) for i in keep[0].nonzero().flatten().tolist()) or "none"
+            share = undecided_share(self.alpha(), self.trained_languages)
+            text += (f"; every language keeps the same layers ({kept}): {share:.0%} of the selection posteriors were "
+                     "undecided at the commit (docs/latent_depth.md, \"When to commit\")")
+        return text
 
     # --- per forward call --------------------------------------------------------------------
     def _derived(self, name: str, compute):

@@ -35,6 +35,7 @@ from fairseq.utils import csv_str_list, eval_str_dict
 from omegaconf import II, OmegaConf
 
 from ..data.binarized import sentence_count
+from ..distributed_launch import check_training_is_distributed
 from ..languages import LanguageInventory
 from ..option_ranges import Range, check_ranges
 from ..user_errors import fairseq_cli
@@ -285,8 +286,10 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         model = super().build_model(cfg, from_checkpoint)
         if hasattr(model, "attach_inventory"):
             model.attach_inventory(self.inventory)
-        if not from_checkpoint and hasattr(model, "check_training_run"):  # a run starts (not a decoding)
-            model.check_training_run(cfg)
+        if not from_checkpoint:  # a run starts (not a decoding)
+            check_training_is_distributed()
+            if hasattr(model, "check_training_run"):
+                model.check_training_run(cfg)
         return model
 
     def get_interactive_tokens_and_lengths(self, lines, encode_fn):
