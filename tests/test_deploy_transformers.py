@@ -158,11 +158,10 @@ def test_decoding_detokenises_as_remove_bpe_sentencepiece(spm_corpus, baseline_e
     d = Dictionary.load(str(spm_corpus / "bin" / "dict.fr.txt"))
     for lang in LANGS:
         d.add_symbol(f"__{lang}__")
-    fr = d.index("__fr__")
     for line in raw(spm_corpus, "en-fr", "fr") + TRICKY:
         ids = d.encode_line(" ".join(spm.encode(line, out_type=str)), add_if_not_exist=False).tolist()
         expected = post_process(d.string(torch.tensor(ids)), "sentencepiece")
-        assert tokenizer.decode([2, fr] + ids, skip_special_tokens=True) == expected, line
+        assert tokenizer.decode([2] + ids, skip_special_tokens=True) == expected, line
     # a trailing or leading lone U+2581 piece: fairseq strips the spaces it becomes
     edge = [d.index("\u2581"), d.index("\u2581")] + d.encode_line(" ".join(spm.encode("open it", out_type=str)),
                                                                 add_if_not_exist=False).tolist()[:-1]
@@ -315,6 +314,42 @@ def test_decoder_language_token_is_forced_first_and_stripped(spm_corpus, tmp_pat
     theirs = fairseq_interactive(spm_corpus, ckpt, lines, "en-fr", 1, tmp_path,
                                  langtok=("--encoder-langtok", "src", "--decoder-langtok"), extra=("--max-len-b", "8"))
     assert ours == theirs and len(set(ours)) > 3
+
+
+def favoured(model, symbol, like="__fr__", factor=16.0):
+    """``model`` whose shared embedding row of ``symbol`` is ``factor`` times that of ``like``: an untrained
+    network that generates ``like`` here (its output projection is the embedding) generates ``symbol``."""
+    d = model.decoder.dictionary
+    with torch.no_grad():
+        model.decoder.embed_tokens.weight[d.index(symbol)] = factor * model.decoder.embed_tokens.weight[d.index(like)]
+    return model
+
+
+@needs_transformers
+@pytest.mark.parametrize("langtok,generated", [(("--encoder-langtok", "tgt"), "__fr__"),
+                                               (("--encoder-langtok", "tgt", "--decoder-langtok"), "__en__"),
+                                               (("--encoder-langtok", "src", "--decoder-langtok"), "__de__")])
+def test_generated_language_tokens_are_printed_as_fairseq_prints_them(spm_corpus, tmp_path, langtok, generated):
+    """fairseq-interactive strips EOS and BOS from its output, and with --decoder-langtok the tokens of
+    the pair's two languages (the task strips those of the languages it loaded, -s and -t): a language
+    token the network generates is printed without --decoder-langtok (here the source's __fr__ of
+    --encoder-langtok tgt), dropped with it (__en__), printed if of another language (__de__), and
+    batch_decode does the same."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    _, model, args = build_task_and_model(corpus_of(spm_corpus), extra=["--share-all-embeddings", *langtok],
+                                          langtok=False)
+    ckpt = save_as_fairseq_train(favoured(model, generated), args, tmp_path / "model.pt")
+    export_transformers(ckpt, "en", "fr", tmp_path / "hf", verbose=False)
+    lines = raw(spm_corpus, "en-fr", "en")[:8]
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    hf = AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path / "hf")).eval()
+    with torch.no_grad():
+        out = hf.generate(**tokenizer(lines, return_tensors="pt", padding=True), num_beams=1, max_length=9)
+    assert tokenizer.convert_tokens_to_ids(generated) in out  # the network does generate it
+    theirs = fairseq_interactive(spm_corpus, ckpt, lines, "en-fr", 1, tmp_path, langtok=langtok,
+                                 extra=("--max-len-b", "8"))
+    assert tokenizer.batch_decode(out, skip_special_tokens=True) == theirs
 
 
 # --- refusals, the output directory, the optional dependency --------------------------------

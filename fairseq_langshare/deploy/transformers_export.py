@@ -29,7 +29,9 @@ whitespace rules, dummy prefix) and its unigram pieces and scores, but fairseq's
 ``tokenizer(text).input_ids`` is what fairseq-interactive feeds the encoder: the source language
 token the model was trained with (``--encoder-langtok``: ``__tgt__`` by default), the pieces, ``</s>``.
 Decoding joins the pieces, turns U+2581 into spaces and strips the ends, fairseq's
-``--remove-bpe sentencepiece``; an ``<unk>`` stays visible as fairseq prints it.
+``--remove-bpe sentencepiece``; ``skip_special_tokens`` drops what fairseq-interactive leaves out
+(``<s>``, ``</s>``, and with ``--decoder-langtok`` the pair's two language tokens); an ``<unk>`` or
+another generated language token stays visible, as fairseq prints it.
 
 ``generation_config.json`` holds fairseq-generate's defaults: decoding starts from ``</s>``, then the
 target language token (``--decoder-langtok``, as ``forced_bos_token_id``); beam 5, length penalty 1
@@ -282,7 +284,19 @@ def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[
     return tokenizer
 
 
-def _write_tokenizer(tokenizer, directory: Path, dictionary, tokens: Dict[str, List[str]], max_positions: int) -> None:
+def _stripped_language_tokens(task_cfg: Dict, src: str, tgt: str) -> List[str]:
+    """The language tokens fairseq-interactive leaves out of a translation of the pair: with
+    ``--decoder-langtok`` those of the two languages it loads (-s, -t; ``multilingual_langshare``'s
+    ``build_generator``), else none (a generated language token is printed)."""
+    from fairseq.data.multilingual.multilingual_utils import get_lang_tok
+
+    if not task_cfg.get("decoder_langtok"):
+        return []
+    style = task_cfg.get("lang_tok_style") or "multilingual"
+    return list(dict.fromkeys(get_lang_tok(lang, style) for lang in (src, tgt)))
+
+
+def _write_tokenizer(tokenizer, directory: Path, dictionary, stripped: List[str], max_positions: int) -> None:
     """``tokenizer.json`` and a ``tokenizer_config.json`` that transformers 4 and 5 both read as a
     ``PreTrainedTokenizerFast`` (what ``save_pretrained`` writes differs between them)."""
     from ..atomic_files import write_json_atomic
@@ -292,7 +306,7 @@ def _write_tokenizer(tokenizer, directory: Path, dictionary, tokens: Dict[str, L
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": dictionary[dictionary.bos()], "eos_token": dictionary[dictionary.eos()],
         "pad_token": dictionary[dictionary.pad()],  # <unk> is not declared: decoding keeps it, as fairseq prints it
-        "additional_special_tokens": list(dict.fromkeys(tokens["source_prefix"] + tokens["target_prefix"])),
+        "additional_special_tokens": stripped,
         "model_max_length": max_positions, "padding_side": "right", "clean_up_tokenization_spaces": False,
         "model_input_names": ["input_ids", "attention_mask"],
     })
@@ -371,8 +385,8 @@ def export_transformers(checkpoint, src: str, tgt: str, out_dir, data=None, spm=
         _check_dictionary(src_dict, tgt_dict, weights, data, checkpoint)
         special = {"bos": src_dict.bos(), "pad": src_dict.pad(), "eos": src_dict.eos(), "unk": src_dict.unk()}
         eos_symbol = src_dict[special["eos"]]
-        special_symbols = [src_dict[special[k]] for k in ("bos", "pad", "eos")]
-        special_symbols += tokens["source_prefix"] + tokens["target_prefix"]
+        stripped = _stripped_language_tokens(cfg["task"], src, tgt)
+        special_symbols = [src_dict[special[k]] for k in ("bos", "pad", "eos")] + stripped
         tokenizer = _build_tokenizer(spm, list(src_dict.symbols), special["unk"], tokens["source_prefix"], eos_symbol,
                                      special_symbols)
         forced_bos = src_dict.index(tokens["target_prefix"][0]) if tokens["target_prefix"] else None
@@ -389,7 +403,7 @@ def export_transformers(checkpoint, src: str, tgt: str, out_dir, data=None, spm=
         save_file(hf_state, str(staging / "model.safetensors"), metadata={"format": "pt"})
         _readable_as_created(staging / "model.safetensors")
         max_source = int(cfg["model"].get("max_source_positions") or 1024)
-        _write_tokenizer(tokenizer, staging, src_dict, tokens, max_source)
+        _write_tokenizer(tokenizer, staging, src_dict, stripped, max_source)
         shutil.copyfile(spm, staging / SPM_NAME)
         probe = tokenizer.encode("The quick brown fox jumps over the lazy dog.").ids
         _check_written(staging, state, src_dict, probe, checkpoint)
