@@ -47,6 +47,7 @@ import math
 import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -235,8 +236,9 @@ def _spm_proto(spm_path: Path):
 
 
 def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[str], eos: str, special: List[str]):
-    """A ``tokenizers.Tokenizer`` that encodes like SentencePieceProcessor.encode(out_type=str)
-    followed by fairseq's dictionary lookup, and adds ``prefix`` and ``eos`` around the pieces.
+    """A ``tokenizers.Tokenizer`` that encodes as fairseq-interactive does (the line stripped,
+    SentencePieceProcessor.encode(out_type=str), the pieces split on whitespace and looked up in
+    fairseq's dictionary), and adds ``prefix`` and ``eos`` around the pieces.
     The dictionary's symbols SentencePiece never emits (``<s>``, ``</s>``, ``<unk>``, the language
     tokens) are added tokens: their literal text in the input maps to them, as in every transformers
     tokenizer (SentencePiece would cut it into pieces); ``special`` ones are dropped when decoding."""
@@ -255,7 +257,13 @@ def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[
     vocab = [(s, normal.get(s, _NEVER)) for s in symbols]
     tokenizer = Tokenizer(models.Unigram(vocab, unk, False))
     spec = proto.normalizer_spec
-    steps = [normalizers.Precompiled(spec.precompiled_charsmap)] if spec.precompiled_charsmap else []
+    # fairseq-interactive strips the line (str.strip); Dictionary.encode_line splits the pieces on whitespace
+    # (str.split), dropping whitespace SentencePiece keeps (U+0085 under nmt_nfkc), where SentencePiece's
+    # segmentation has a boundary anyway (no piece holds such a character): Python's whitespace, as a class
+    space = "[" + "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()) + "]"
+    steps = [normalizers.Replace(Regex(f"\\A{space}+|{space}+\\z"), "")]
+    if spec.precompiled_charsmap:
+        steps.append(normalizers.Precompiled(spec.precompiled_charsmap))
     if spec.remove_extra_whitespaces:  # spaces only: SentencePiece leaves other whitespace alone
         steps += [normalizers.Replace(Regex(r"\A +| +\z"), ""), normalizers.Replace(Regex(" {2,}"), " ")]
     if spec.escape_whitespaces:
@@ -264,7 +272,8 @@ def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[
         steps.append(normalizers.Replace(Regex("\\A\u2581"), "\u2581\u2581"))
     tokenizer.normalizer = normalizers.Sequence(steps)
     splits = [pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always" if spec.add_dummy_prefix
-                                       else "never", split=False)]
+                                       else "never", split=False),
+              pre_tokenizers.Split(Regex(f"{space}+"), behavior="removed")]
     user_defined = sorted((p.piece for p in proto.pieces if p.type == 4), key=len, reverse=True)
     if user_defined:  # SentencePiece emits them whole
         splits.append(pre_tokenizers.Split(Regex("|".join(map(re.escape, user_defined))), behavior="isolated"))
@@ -272,7 +281,7 @@ def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[
     # fairseq's post_process(x, "sentencepiece"): x.replace(" ", "").replace("\u2581", " ").strip()
     # (decoders.Strip would do for the ends, but panics on an empty output: tokenizers 0.22, 0.23)
     tokenizer.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.Fuse(),
-                                           decoders.Replace(Regex(r"\A\s+|\s+\z"), "")])
+                                           decoders.Replace(Regex(f"\\A{space}+|{space}+\\z"), "")])
     others = [s for s in symbols if s not in normal]
     tokenizer.add_special_tokens([AddedToken(s, normalized=False, special=True) for s in others if s in special])
     tokenizer.add_tokens([AddedToken(s, normalized=False, special=False) for s in others if s not in special])
