@@ -48,3 +48,11 @@ def eval_corpus(corpus, tmp_path):
     (root / "manifest.json").write_text(json.dumps({"pivot": "en", "data_bin": "bin", "langs": corpus["langs"],
                                                     "train_pairs_per_language": {"xx": 300, "yy": 300}}))
     return root
+
+
+@pytest.fixture(scope="session")
+def spm_corpus(tmp_path_factory):
+    """The serving-format tests' tiny English->{de,fr} corpus with its SentencePiece model (read only)."""
+    from deploy_checks import prepare_spm_corpus
+
+    return prepare_spm_corpus(tmp_path_factory.mktemp("spm_corpus"))

@@ -4,7 +4,6 @@ CTranslate2 translates like fairseq-generate on the same exported checkpoint."""
 import io
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import sacrebleu
@@ -14,6 +13,7 @@ from fairseq_langshare.data.corpus_build import sha256
 from fairseq_langshare.deploy.ctranslate2_export import DeployError, export_ctranslate2
 from fairseq_langshare.deploy.translate import PairTranslator
 from fairseq_langshare.export import export_pair
+from deploy_checks import LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, one_line_error, raw, save_untrained
 from tiny_corpus import PKG_DIR, build_task_and_model, generate, train
 
 try:
@@ -23,25 +23,13 @@ except ImportError:
 needs_ctranslate2 = pytest.mark.skipif(ctranslate2 is None, reason="CTranslate2 is not installed (optional extra: "
                                                                   "pip install '.[deploy]')")
 
-LANGS, PAIRS = ["en", "de", "fr"], ["en-de", "en-fr"]
 # an LSL model: its en->X network is a plain Transformer only after export picks X's layers
 LSL = ["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "TGT={3,4}", "--share-all-embeddings"]
-TRAIN = ["--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
-         "--lr", "0.005", "--max-tokens", "1000", "--log-format", "json", "--log-interval", "100", "--cpu",
-         "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "3", "--disable-validation"]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread(one_thread):
     yield
-
-
-@pytest.fixture(scope="module")
-def spm_corpus(tmp_path_factory):
-    """A tiny English->{de,fr} corpus with its SentencePiece model (the layout langshare prepare-* writes)."""
-    from recipe_mirrors import prepare_tiny
-
-    return Path(prepare_tiny("opus100", tmp_path_factory.mktemp("spm_corpus"), langs=["de", "fr"], direction="o2m"))
 
 
 def spm_task_args(corpus):
@@ -77,10 +65,6 @@ def fairseq_generate(corpus, checkpoint, pair, beam):
                      "-s", src, "-t", tgt, "--beam", str(beam), "--cpu", "--max-tokens", "1000",
                      "--required-batch-size-multiple", "1", "--remove-bpe", "sentencepiece"])
     return [hyps[i] for i in range(len(hyps))]
-
-
-def raw(corpus, pair, lang):
-    return (corpus / "raw" / f"test.{pair}.{lang}").read_text(encoding="utf-8").splitlines()
 
 
 @needs_ctranslate2
@@ -217,32 +201,6 @@ def test_fairseq_only_flags_need_the_ctranslate2_format(trained, tmp_path, capsy
     assert not list(tmp_path.iterdir())
 
 
-# every model whose pair network `langshare export` writes as a plain transformer
-PLAIN_EXPORTS = {
-    "baseline": ("langshare_transformer_tiny", []),
-    "lsl": ("lsl_transformer_tiny", ["--lsl-encoder-layers", "SRC={1} & TGT={3,4}", "--lsl-separate-decoder"]),
-    "latent_depth": ("latent_depth_transformer_tiny", []),
-    "adaptive_sparse_ffn_layer": ("adaptive_sparse_transformer_tiny", ["--sparse-types", "ffn,layer", "--sparse-t-bar", "4"]),
-    "multistack": ("langshare_multistack_transformer_tiny", ["--multi-encoder", "src-lang", "--multi-decoder", "tgt-lang"]),
-    "clsr_dedicated": ("clsr_transformer_tiny", ["--max-update", "10", "--clsr-encoder-lang", "tgt", "--clsr-variant",
-                                                 "dedicated", "--clsr-dedicated", "enc1.ffn,dec2.cross_attn,dec1.self_attn"]),
-}
-
-
-def save_untrained(model, args, path):
-    """A checkpoint as fairseq-train writes it (cfg as plain containers), of a freshly built model."""
-    import torch
-
-    from fairseq_langshare.export import _plain
-
-    cfg = _plain(args)
-    torch.save({"args": None, "cfg": {"model": cfg, "task": cfg}, "model": model.state_dict(),
-                "optimizer_history": [{"criterion_name": "c", "optimizer_name": "o", "lr_scheduler_state": {"best": None},
-                                       "num_updates": 0}],
-                "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}}}, path)
-    return path
-
-
 @needs_ctranslate2
 @pytest.mark.parametrize("method", list(PLAIN_EXPORTS))
 def test_every_plain_export_scores_like_the_full_model(spm_corpus, tmp_path, method):
@@ -251,7 +209,7 @@ def test_every_plain_export_scores_like_the_full_model(spm_corpus, tmp_path, met
     import torch
 
     arch, flags = PLAIN_EXPORTS[method]
-    corpus = {"bin": spm_corpus / "bin", "langs": LANGS, "pairs": PAIRS}
+    corpus = corpus_of(spm_corpus)
     task, model, args = build_task_and_model(corpus, arch=arch, extra=["--share-all-embeddings", *flags])
     model.eval()
     ckpt = save_untrained(model, args, tmp_path / "model.pt")
@@ -308,12 +266,6 @@ def test_missing_ctranslate2_is_a_clear_error(tmp_path, capsys, monkeypatch):
 
 # --- defects found in review: each test names what the user sees --------------------------------
 
-def one_line_error(capsys, prog="export"):
-    err = capsys.readouterr().err.strip()
-    assert err.startswith(f"langshare {prog}: error: ") and "\n" not in err, err
-    return err
-
-
 @needs_ctranslate2
 def test_translate_writes_one_line_per_input_line(spm_corpus, exported, tmp_path, capsys, monkeypatch):
     """Only "\\n" ends a line (a trailing "\\r" is dropped): line separators Python's splitlines()
@@ -356,7 +308,7 @@ def test_model_trained_with_a_lang_dict_file_exports_and_translates(spm_corpus, 
 
 @needs_ctranslate2
 def test_converter_refusal_names_its_reasons_and_the_fix(spm_corpus, tmp_path, capsys):
-    corpus = {"bin": spm_corpus / "bin", "langs": LANGS, "pairs": PAIRS}
+    corpus = corpus_of(spm_corpus)
     _, model, args = build_task_and_model(corpus, extra=["--share-all-embeddings", "--encoder-normalize-before"])
     ckpt = save_untrained(model, args, tmp_path / "model.pt")
     out = tmp_path / "ct2"
@@ -374,7 +326,7 @@ def latent_depth_without_layers(spm_corpus, tmp_path):
     """A latent-depth model whose layer posteriors are all below the threshold: its pair keeps no layer."""
     import torch
 
-    corpus = {"bin": spm_corpus / "bin", "langs": LANGS, "pairs": PAIRS}
+    corpus = corpus_of(spm_corpus)
     _, model, args = build_task_and_model(corpus, arch="latent_depth_transformer_tiny",
                                           extra=["--share-all-embeddings"])
     with torch.no_grad():

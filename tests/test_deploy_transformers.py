@@ -6,14 +6,14 @@ import io
 import json
 import sys
 from contextlib import redirect_stdout
-from pathlib import Path
 
 import pytest
 import torch
 
 from fairseq_langshare.cli import main as langshare
 from fairseq_langshare.deploy.transformers_export import TransformersExportError, export_transformers
-from test_deploy_ctranslate2 import PLAIN_EXPORTS, save_untrained
+from deploy_checks import (LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, interactive_pieces, one_line_error, raw,
+                           save_untrained)
 from tiny_corpus import PKG_DIR, build_task_and_model, train
 
 try:
@@ -25,11 +25,7 @@ needs_transformers = pytest.mark.skipif(transformers is None, reason="transforme
 # transformers 5 removed the translation pipeline (generate + batch_decode remain)
 HAS_TRANSLATION_PIPELINE = transformers is not None and int(transformers.__version__.split(".")[0]) < 5
 
-LANGS, PAIRS = ["en", "de", "fr"], ["en-de", "en-fr"]
-TRAIN = ["--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
-         "--lr", "0.005", "--max-tokens", "1000", "--log-format", "json", "--log-interval", "100", "--cpu",
-         "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "3", "--disable-validation", "--max-update", "300",
-         "--share-all-embeddings"]
+TRAIN = TRAIN + ["--max-update", "300", "--share-all-embeddings"]
 # a post-norm baseline (-> MarianMTModel) and a pre-norm method (-> M2M100)
 TRAINED = {"baseline": "langshare_transformer_tiny", "latent_depth": "latent_depth_transformer_tiny"}
 # text SentencePiece normalises: runs of spaces, ends, NFKC (full-width, ligature), unknown characters,
@@ -40,31 +36,9 @@ TRICKY = ["  open   the file  ", "ｆｕｌｌ ｗｉｄｔｈ ﬁle Ⅻ", "漢�
           "\u2581already escaped", "tab\tand\u00a0nbsp", "", "a", "\x85open the\x85 file\x85", "漢\x85字 a\x85b\x85"]
 
 
-def interactive_pieces(spm, line):
-    """The pieces fairseq-interactive looks up in the dictionary: the line stripped, SentencePiece's
-    pieces joined by spaces, split on whitespace (``Dictionary.encode_line``)."""
-    return " ".join(spm.encode(line.strip(), out_type=str)).split()
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread(one_thread):
     yield
-
-
-@pytest.fixture(scope="module")
-def spm_corpus(tmp_path_factory):
-    """A tiny English->{de,fr} corpus with its SentencePiece model (the layout langshare prepare-* writes)."""
-    from recipe_mirrors import prepare_tiny
-
-    return Path(prepare_tiny("opus100", tmp_path_factory.mktemp("spm_corpus"), langs=["de", "fr"], direction="o2m"))
-
-
-def corpus_of(spm_corpus):
-    return {"bin": spm_corpus / "bin", "langs": LANGS, "pairs": PAIRS}
-
-
-def raw(corpus, pair, lang):
-    return (corpus / "raw" / f"test.{pair}.{lang}").read_text(encoding="utf-8").splitlines()
 
 
 def untrained(spm_corpus, path, arch="langshare_transformer_tiny", flags=("--share-all-embeddings",), langtok=True):
@@ -360,12 +334,6 @@ def test_generated_language_tokens_are_printed_as_fairseq_prints_them(spm_corpus
 
 
 # --- refusals, the output directory, the optional dependency --------------------------------
-
-def one_line_error(capsys):
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("langshare export: error: ") and "\n" not in err, err
-    return err
-
 
 @needs_transformers
 @pytest.mark.parametrize("arch,flags,message", [
