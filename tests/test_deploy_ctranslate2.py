@@ -13,7 +13,8 @@ from fairseq_langshare.data.corpus_build import sha256
 from fairseq_langshare.deploy.ctranslate2_export import DeployError, export_ctranslate2
 from fairseq_langshare.deploy.translate import PairTranslator
 from fairseq_langshare.export import export_pair
-from deploy_checks import LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, one_line_error, raw, save_untrained
+from deploy_checks import (LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, interactive_pieces, one_line_error, raw,
+                           save_untrained)
 from tiny_corpus import PKG_DIR, build_task_and_model, generate, train
 
 try:
@@ -82,6 +83,15 @@ def test_greedy_translations_equal_fairseq_generate(spm_corpus, exported):
         words = " ".join(ours).split()
         assert sum(w.endswith(tgt) for w in words) > 0.9 * len(words), f"translations into {tgt}: {ours[:3]}"
     assert same >= 0.99 * total, f"{same} of {total} greedy translations identical"
+
+
+@needs_ctranslate2
+def test_source_is_encoded_as_fairseq_interactive_encodes_it(exported):
+    """The line stripped and SentencePiece's pieces split on whitespace (fairseq's Dictionary.encode_line):
+    U+0085 (NEL), which SentencePiece's NFKC keeps as a piece, is no token to fairseq."""
+    translator = PairTranslator(exported["en-fr"][0])
+    for line in ("\x85open the\x85 file\x85", "漢\x85字 a\x85b\x85", "  open   the file  "):
+        assert translator.encode(line) == ["__fr__"] + interactive_pieces(translator.spm, line), line
 
 
 @needs_ctranslate2

@@ -64,8 +64,10 @@ class PairTranslator:
             raise DeployError(f"CTranslate2 cannot load {self.model_dir} on {device} ({first}): {fix}") from None
 
     def encode(self, line: str) -> List[str]:
-        """Source tokens as the model reads them (CTranslate2 appends EOS itself)."""
-        return self.source_prefix + self.spm.encode(line, out_type=str)
+        """Source tokens as the model reads them (CTranslate2 appends EOS itself), as fairseq-interactive
+        makes them: the line stripped, SentencePiece's pieces split on whitespace (``Dictionary.encode_line``
+        drops U+0085, which SentencePiece's NFKC keeps as a piece)."""
+        return self.source_prefix + " ".join(self.spm.encode(line.strip(), out_type=str)).split()
 
     def max_decoding_length(self, batch: List[List[str]], max_len_a: float, max_len_b: int) -> int:
         longest = max(len(tokens) for tokens in batch) + 1  # + EOS, as fairseq's src_tokens hold it
