@@ -185,7 +185,9 @@ LOGIT_CASES = {**{name: (arch, ["--share-all-embeddings", *flags]) for name, (ar
                "baseline_prenorm": ("langshare_transformer_tiny", ["--share-all-embeddings", "--encoder-normalize-before",
                                                                    "--decoder-normalize-before"]),
                "baseline_separate_embeddings": ("langshare_transformer_tiny", []),
-               "baseline_tied_decoder_only": ("langshare_transformer_tiny", ["--share-decoder-input-output-embed"])}
+               "baseline_tied_decoder_only": ("langshare_transformer_tiny", ["--share-decoder-input-output-embed"]),
+               "baseline_unscaled_gelu": ("langshare_transformer_tiny", ["--share-all-embeddings", "--no-scale-embedding",
+                                                                         "--activation-fn", "gelu_accurate"])}
 
 
 @needs_transformers
