@@ -335,6 +335,38 @@ def test_generated_language_tokens_are_printed_as_fairseq_prints_them(spm_corpus
     assert tokenizer.batch_decode(out, skip_special_tokens=True) == theirs
 
 
+def fixed_ranking(model, first, second):
+    """``model`` whose decoder puts out one hidden state whatever it reads (the last layer norm's gain 0, its
+    bias along one direction) and whose embedding (= output projection) ranks ``first`` top at every step
+    and ``second`` next."""
+    d, embed = model.decoder.dictionary, model.decoder.embed_tokens.weight
+    with torch.no_grad():
+        direction = torch.nn.functional.normalize(torch.randn(embed.size(1), generator=torch.Generator().manual_seed(0)),
+                                                  dim=0)
+        embed[d.index(first)], embed[d.index(second)] = 3 * direction, 2 * direction
+        norm = model.decoder.layers[-1].final_layer_norm
+        norm.weight.zero_()
+        norm.bias.copy_(20 * direction)
+    return model
+
+
+@needs_transformers
+@pytest.mark.parametrize("first,second", [("\u2581open", "</s>"), ("<pad>", "</s>")])
+def test_generation_config_stops_where_fairseq_interactive_stops(spm_corpus, tmp_path, first, second):
+    """generate() with the exported defaults (greedy asked for, nothing else) against fairseq-interactive
+    --beam 1 with its defaults, on networks whose every step ranks ``first`` then ``second``: a piece that
+    never yields to EOS runs to fairseq's length limit (--max-len-b 200); <pad> is never generated and EOS
+    not first (--min-len 1), so the output is the one token ranked third."""
+    _, model, args = build_task_and_model(corpus_of(spm_corpus), extra=["--share-all-embeddings"])
+    ckpt = save_as_fairseq_train(fixed_ranking(model, first, second), args, tmp_path / "model.pt")
+    export_transformers(ckpt, "en", "fr", tmp_path / "hf", verbose=False)
+    lines = raw(spm_corpus, "en-fr", "en")[:2]
+    ours = hf_translate(tmp_path / "hf", lines, num_beams=1)
+    theirs = fairseq_interactive(spm_corpus, ckpt, lines, "en-fr", 1, tmp_path)
+    assert ours == theirs
+    assert [len(line.split()) for line in ours] == ([200, 200] if first != "<pad>" else [1, 1]), ours
+
+
 # --- refusals, the output directory, the optional dependency --------------------------------
 
 @needs_transformers
