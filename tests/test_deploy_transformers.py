@@ -4,6 +4,7 @@ as fairseq-interactive does on the full multilingual checkpoint."""
 
 import io
 import json
+import shutil
 import sys
 from contextlib import redirect_stdout
 
@@ -429,6 +430,21 @@ def test_out_directory_of_the_user_is_never_emptied(baseline_export, tmp_path, c
     assert "also holds files langshare export did not write (hyps.fr, runs/)" in err
     assert (out / "hyps.fr").read_text() == "my translations" and (out / "runs").is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["en-fr"]
+
+
+@needs_transformers
+@pytest.mark.parametrize("earlier_export", [False, True])
+def test_working_directory_as_out_is_refused(baseline_export, tmp_path, capsys, monkeypatch, earlier_export):
+    """--out . (empty, or an earlier export): the export replaces DIR by a new directory, which would leave
+    the shell in a deleted one where ls shows nothing: refused in one line, nothing written."""
+    _, ckpt, hf = baseline_export
+    out = tmp_path / "en-fr"
+    shutil.copytree(hf, out) if earlier_export else out.mkdir()
+    before = sorted(p.name for p in out.iterdir())
+    monkeypatch.chdir(out)
+    assert langshare(["export", str(ckpt), "--src", "en", "--tgt", "fr", "--format", "transformers", "--out", "."]) == 2
+    assert "--out . is the working directory" in one_line_error(capsys)
+    assert sorted(p.name for p in out.iterdir()) == before and sorted(p.name for p in tmp_path.iterdir()) == ["en-fr"]
 
 
 @needs_transformers

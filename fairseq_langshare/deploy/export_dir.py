@@ -5,8 +5,9 @@ complete, so a directory that looks like an export always is a whole one. ``DIR`
 or an earlier export; its manifest (``langshare.json``) lists the files that export wrote, and an
 earlier export is replaced only while it holds nothing else. A directory the user owns, or an
 export into which the user put files of their own (hypotheses, a folder), is never emptied: the
-export is refused in one line that names what is in the way, before anything is written. A
-symlinked ``DIR`` keeps its link: the directory it points to is replaced.
+export is refused in one line that names what is in the way, before anything is written, and so is
+``DIR`` as the working directory (``--out .``), which the rename would leave deleted under the shell.
+A symlinked ``DIR`` keeps its link: the directory it points to is replaced.
 """
 
 import json
@@ -39,6 +40,13 @@ def read_manifest(model_dir, fmt: str, error=ExportError) -> Dict:
     return manifest
 
 
+def _working_directory():
+    try:
+        return Path(os.path.realpath(os.getcwd()))
+    except OSError:  # deleted
+        return None
+
+
 def _export_files(manifest: Dict) -> List[str]:
     files = manifest.get("files")
     if isinstance(files, list) and all(isinstance(name, str) for name in files):
@@ -61,6 +69,10 @@ class OutDir:
         out = self.target
         if out.exists() and not out.is_dir():
             raise self.error(f"{self.given} is a file: --out names the directory the model is written to")
+        if out.is_dir() and _working_directory() == out:
+            raise self.error(f"--out {self.given} is the working directory, which the export would replace by a new "
+                             f"one (your shell would be left in a deleted directory): run it from the parent "
+                             f"directory with --out {out.name} (nothing was written)")
         if not out.is_dir() or not any(out.iterdir()):
             return
         manifest_path = out / MANIFEST
