@@ -1,9 +1,12 @@
 """What the serving-format tests (``--format ctranslate2``, ``--format transformers``) share: the tiny
 English->{de,fr} SentencePiece corpus (the ``spm_corpus`` fixture in conftest.py builds it once), its
-raw test text, checkpoints of freshly built models, every method whose pair exports as a plain
+raw test text, the optional libraries, checkpoints of freshly built models, every method whose pair exports as a plain
 Transformer, the pieces fairseq-interactive feeds the encoder, and the one line ``langshare`` answers."""
 
+import importlib
 from pathlib import Path
+
+import pytest
 
 LANGS, PAIRS = ["en", "de", "fr"], ["en-de", "en-fr"]
 TRAIN = ["--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
@@ -20,6 +23,17 @@ PLAIN_EXPORTS = {
     "clsr_dedicated": ("clsr_transformer_tiny", ["--max-update", "10", "--clsr-encoder-lang", "tgt", "--clsr-variant",
                                                  "dedicated", "--clsr-dedicated", "enc1.ffn,dec2.cross_attn,dec1.self_attn"]),
 }
+
+
+def optional_library(module: str, name: str, extra: str):
+    """(``module``, or None where it is not installed; a mark that skips a test without it, saying how to
+    install it)."""
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError:
+        loaded = None
+    return loaded, pytest.mark.skipif(loaded is None, reason=f"{name} is not installed (optional extra: "
+                                                             f"pip install '.[{extra}]')")
 
 
 def prepare_spm_corpus(root) -> Path:

@@ -13,16 +13,11 @@ from fairseq_langshare.data.corpus_build import sha256
 from fairseq_langshare.deploy.ctranslate2_export import DeployError, export_ctranslate2
 from fairseq_langshare.deploy.translate import PairTranslator
 from fairseq_langshare.export import export_pair
-from deploy_checks import (LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, interactive_pieces, one_line_error, raw,
-                           save_untrained)
+from deploy_checks import (LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, interactive_pieces, one_line_error,
+                           optional_library, raw, save_untrained)
 from tiny_corpus import PKG_DIR, build_task_and_model, generate, train
 
-try:
-    import ctranslate2
-except ImportError:
-    ctranslate2 = None
-needs_ctranslate2 = pytest.mark.skipif(ctranslate2 is None, reason="CTranslate2 is not installed (optional extra: "
-                                                                  "pip install '.[deploy]')")
+ctranslate2, needs_ctranslate2 = optional_library("ctranslate2", "CTranslate2", "deploy")
 
 # an LSL model: its en->X network is a plain Transformer only after export picks X's layers
 LSL = ["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "TGT={3,4}", "--share-all-embeddings"]

@@ -13,16 +13,11 @@ import torch
 
 from fairseq_langshare.cli import main as langshare
 from fairseq_langshare.deploy.transformers_export import TransformersExportError, export_transformers
-from deploy_checks import (LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, interactive_pieces, one_line_error, raw,
-                           save_untrained)
+from deploy_checks import (LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, interactive_pieces, one_line_error,
+                           optional_library, raw, save_untrained)
 from tiny_corpus import PKG_DIR, build_task_and_model, train
 
-try:
-    import transformers
-except ImportError:
-    transformers = None
-needs_transformers = pytest.mark.skipif(transformers is None, reason="transformers is not installed (optional extra: "
-                                                                      "pip install '.[transformers]')")
+transformers, needs_transformers = optional_library("transformers", "transformers", "transformers")
 # transformers 5 removed the translation pipeline (generate + batch_decode remain)
 HAS_TRANSLATION_PIPELINE = transformers is not None and int(transformers.__version__.split(".")[0]) < 5
 

@@ -12,7 +12,6 @@ where the model came from. It is built under a hidden temporary name and renamed
 """
 
 import argparse
-import datetime
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,11 +19,11 @@ from typing import Dict
 
 import torch
 
-from ..data.corpus_build import sha256
 from ..export import ExportError
 from . import export_dir
 from .export_dir import MANIFEST, OutDir
-from .pair_export import FAIRSEQ_INSTEAD, SPM_NAME, data_dir, find_spm, language_tokens, plain_pair
+from .pair_export import (FAIRSEQ_INSTEAD, SPM_NAME, data_dir, find_spm, language_tokens, pair_manifest, plain_pair,
+                          require_library)
 
 __all__ = ["export_ctranslate2", "require_ctranslate2", "read_manifest", "DeployError", "QUANTIZATIONS",
            "MANIFEST", "SPM_NAME"]
@@ -40,13 +39,8 @@ class DeployError(ExportError):
 
 def require_ctranslate2():
     """The ``ctranslate2`` module, or one line saying how to install it."""
-    try:
-        import ctranslate2
-        import ctranslate2.converters  # noqa: F401
-    except ImportError:
-        raise DeployError("CTranslate2 is not installed: pip install 'fairseq_langshare[deploy]' "
-                          "(or pip install 'ctranslate2>=4')") from None
-    return ctranslate2
+    return require_library(("ctranslate2", "ctranslate2.converters"), "CTranslate2", "deploy", "ctranslate2>=4",
+                           DeployError)
 
 
 def read_manifest(model_dir) -> Dict:
@@ -92,8 +86,6 @@ def export_ctranslate2(checkpoint, src: str, tgt: str, out_dir, quantization: st
     ct2 = require_ctranslate2()
     from ctranslate2.converters import FairseqConverter
 
-    import fairseq_langshare
-
     if quantization not in QUANTIZATIONS:
         raise DeployError(f"--quantization {quantization!r}: pick one of {', '.join(QUANTIZATIONS)}")
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
@@ -123,30 +115,14 @@ def export_ctranslate2(checkpoint, src: str, tgt: str, out_dir, quantization: st
                 raise DeployError(f"the dictionaries in {data} do not fit {checkpoint} (embedding sizes differ): "
                                   "pass --data, the fairseq-preprocess directory the model was trained on") from None
         shutil.copyfile(spm, staging / SPM_NAME)
-        manifest = {
-            "format": FORMAT, "version": 1, "src": src, "tgt": tgt,
-            "langs": state["extra_state"]["langshare_export"]["langs"],
-            "encoder_langtok": cfg["task"].get("encoder_langtok"),
-            "decoder_langtok": bool(cfg["task"].get("decoder_langtok")),
-            **tokens,
-            "spm_model": SPM_NAME,
-            "max_target_positions": int(cfg["model"].get("max_target_positions") or 1024),
-            "quantization": quantization,
-            "params": report["params"], "full_params": report["full_params"],
-            "provenance": {
-                "checkpoint": str(checkpoint.resolve()), "checkpoint_sha256": sha256(checkpoint),
-                "num_updates": state["optimizer_history"][-1]["num_updates"],
-                "data": str(data.resolve()), "corpus_spm": str(spm.resolve()), "spm_sha256": sha256(spm),
-                "langshare_version": fairseq_langshare.__version__, "ctranslate2_version": ct2.__version__,
-                "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            },
-        }
+        manifest = pair_manifest(FORMAT, checkpoint, src, tgt, report, state, tokens, data, spm, ct2,
+                                 max_target_positions=int(cfg["model"].get("max_target_positions") or 1024),
+                                 quantization=quantization)
         out.publish(manifest)
     finally:
         out.cleanup()
     if verbose:
-        size = sum(p.stat().st_size for p in out_dir.iterdir())
-        print(f"exported {src}->{tgt} to {out_dir} (CTranslate2, {quantization}): {size / 1e6:.2f} MB, "
+        print(f"exported {src}->{tgt} to {out_dir} (CTranslate2, {quantization}): {out.published_bytes() / 1e6:.2f} MB, "
               f"{report['params']:,} parameters ({report['param_ratio']:.0%} of the full model's); "
               f"translate with: langshare translate {out_dir}")
     return manifest

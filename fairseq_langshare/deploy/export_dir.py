@@ -111,6 +111,10 @@ class OutDir:
         os.replace(self.staging, out)
         shutil.rmtree(old)
 
+    def published_bytes(self) -> int:
+        """What the published export holds, in bytes."""
+        return sum(p.stat().st_size for p in self.target.iterdir())
+
     def cleanup(self) -> None:
         if self.staging.exists():
             shutil.rmtree(self.staging)

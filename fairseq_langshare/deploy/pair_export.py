@@ -5,9 +5,13 @@ returns the result, refusing in one line a pair network that no plain Transforme
 a different head subset per layer, CLSR's learned gates), with what to do instead. The helpers
 around it find what a serving format needs beside the weights: the fairseq dictionaries
 (``data_dir``), the corpus' SentencePiece model (``find_spm``) and the language tokens the task puts
-around a sentence of the pair (``language_tokens``).
+around a sentence of the pair (``language_tokens``); ``pair_manifest`` is what every format's
+``langshare.json`` says of the pair and where it came from; ``require_library`` loads a format's
+optional library or says in one line how to install it.
 """
 
+import datetime
+import importlib
 import json
 import os
 from pathlib import Path
@@ -17,7 +21,8 @@ import torch
 
 from ..export import PLAIN_ARCH, ExportError, export_pair
 
-__all__ = ["plain_pair", "language_tokens", "data_dir", "find_spm", "model_name", "FAIRSEQ_INSTEAD", "SPM_NAME"]
+__all__ = ["plain_pair", "language_tokens", "data_dir", "find_spm", "pair_manifest", "require_library", "model_name",
+           "FAIRSEQ_INSTEAD", "SPM_NAME"]
 
 SPM_NAME = "spm.model"
 
@@ -119,3 +124,42 @@ def language_tokens(task_cfg: Dict, src: str, tgt: str, runtime: str, error_cls)
     source = [get_lang_tok(src if side == "src" else tgt, style)] if side else []
     target = [get_lang_tok(tgt, style)] if task_cfg.get("decoder_langtok") else []
     return {"source_prefix": source, "target_prefix": target}
+
+
+def pair_manifest(fmt: str, checkpoint: Path, src: str, tgt: str, report: Dict, state: Dict, tokens: Dict,
+                  data: Path, spm: Path, library, **fields) -> Dict:
+    """``langshare.json`` of a ``fmt`` export of the pair: its languages and language tokens, the
+    SentencePiece model, parameter counts and provenance (``library``: the converting library's
+    module, whose version is recorded); ``fields``: what the format adds."""
+    import fairseq_langshare
+
+    from ..data.corpus_build import sha256
+
+    task = state["cfg"]["task"]
+    return {
+        "format": fmt, "version": 1, "src": src, "tgt": tgt,
+        "langs": state["extra_state"]["langshare_export"]["langs"],
+        "encoder_langtok": task.get("encoder_langtok"), "decoder_langtok": bool(task.get("decoder_langtok")),
+        **tokens,
+        "spm_model": SPM_NAME,
+        **fields,
+        "params": report["params"], "full_params": report["full_params"],
+        "provenance": {
+            "checkpoint": str(checkpoint.resolve()), "checkpoint_sha256": sha256(checkpoint),
+            "num_updates": state["optimizer_history"][-1]["num_updates"],
+            "data": str(data.resolve()), "corpus_spm": str(spm.resolve()), "spm_sha256": sha256(spm),
+            "langshare_version": fairseq_langshare.__version__, f"{library.__name__}_version": library.__version__,
+            "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        },
+    }
+
+
+def require_library(modules: Tuple[str, ...], name: str, extra: str, requirement: str, error_cls):
+    """The first of ``modules`` once every one imports, or ``error_cls``: one line saying how to install ``name``
+    (the package's optional ``extra``, or ``requirement`` alone)."""
+    try:
+        loaded = [importlib.import_module(module) for module in modules]
+    except ImportError:
+        raise error_cls(f"{name} is not installed: pip install 'fairseq_langshare[{extra}]' "
+                        f"(or pip install '{requirement}')") from None
+    return loaded[0]

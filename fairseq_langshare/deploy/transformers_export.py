@@ -42,7 +42,6 @@ fairseq network's on a probe sentence.
 """
 
 import argparse
-import datetime
 import math
 import os
 import re
@@ -54,11 +53,10 @@ from typing import Dict, List, Tuple
 
 import torch
 
-from ..data.corpus_build import sha256
 from ..export import ExportError
 from . import export_dir
 from .export_dir import OutDir
-from .pair_export import SPM_NAME, data_dir, find_spm, language_tokens, plain_pair
+from .pair_export import SPM_NAME, data_dir, find_spm, language_tokens, pair_manifest, plain_pair, require_library
 
 __all__ = ["export_transformers", "require_transformers", "read_manifest", "TransformersExportError", "FORMAT"]
 
@@ -80,13 +78,8 @@ class TransformersExportError(ExportError):
 
 def require_transformers():
     """The ``transformers`` module, or one line saying how to install it."""
-    try:
-        import tokenizers  # noqa: F401
-        import transformers
-    except ImportError:
-        raise TransformersExportError("transformers is not installed: pip install 'fairseq_langshare[transformers]' "
-                                      "(or pip install 'transformers>=4.40,<6')") from None
-    return transformers
+    return require_library(("transformers", "tokenizers"), "transformers", "transformers", "transformers>=4.40,<6",
+                           TransformersExportError)
 
 
 def read_manifest(model_dir) -> Dict:
@@ -374,8 +367,6 @@ def export_transformers(checkpoint, src: str, tgt: str, out_dir, data=None, spm=
     from safetensors.torch import save_file
     from transformers import AutoConfig, GenerationConfig
 
-    import fairseq_langshare
-
     checkpoint = Path(checkpoint)
     out = OutDir(out_dir, TransformersExportError)
     out.check()
@@ -416,29 +407,14 @@ def export_transformers(checkpoint, src: str, tgt: str, out_dir, data=None, spm=
         shutil.copyfile(spm, staging / SPM_NAME)
         probe = tokenizer.encode("The quick brown fox jumps over the lazy dog.").ids
         _check_written(staging, state, src_dict, probe, checkpoint)
-        manifest = {
-            "format": FORMAT, "version": 1, "src": src, "tgt": tgt,
-            "langs": state["extra_state"]["langshare_export"]["langs"],
-            "transformers_model": config.architectures[0],
-            "encoder_langtok": cfg["task"].get("encoder_langtok"),
-            "decoder_langtok": bool(cfg["task"].get("decoder_langtok")),
-            **tokens,
-            "spm_model": SPM_NAME,
-            "params": report["params"], "full_params": report["full_params"],
-            "provenance": {
-                "checkpoint": str(checkpoint.resolve()), "checkpoint_sha256": sha256(checkpoint),
-                "num_updates": state["optimizer_history"][-1]["num_updates"],
-                "data": str(data.resolve()), "corpus_spm": str(spm.resolve()), "spm_sha256": sha256(spm),
-                "langshare_version": fairseq_langshare.__version__, "transformers_version": transformers.__version__,
-                "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            },
-        }
+        manifest = pair_manifest(FORMAT, checkpoint, src, tgt, report, state, tokens, data, spm, transformers,
+                                 transformers_model=config.architectures[0])
         out.publish(manifest)
     finally:
         out.cleanup()
     if verbose:
-        size = sum(p.stat().st_size for p in Path(out_dir).iterdir())
-        print(f"exported {src}->{tgt} to {out_dir} (transformers {config.architectures[0]}): {size / 1e6:.2f} MB, "
+        print(f"exported {src}->{tgt} to {out_dir} (transformers {config.architectures[0]}): "
+              f"{out.published_bytes() / 1e6:.2f} MB, "
               f"{report['params']:,} parameters ({report['param_ratio']:.0%} of the full model's); load with "
               f"AutoModelForSeq2SeqLM.from_pretrained({str(out_dir)!r}) and AutoTokenizer.from_pretrained(...)")
     return manifest
