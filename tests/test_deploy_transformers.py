@@ -386,6 +386,7 @@ def test_pair_networks_transformers_cannot_hold_are_refused_in_one_line(spm_corp
                       str(tmp_path / "hf")]) == 2
     err = one_line_error(capsys)
     assert err.startswith("langshare export: error: the en->fr network of") and message in err, err
+    assert err.endswith("fairseq-generate --user-dir fairseq_langshare"), err  # what --format ctranslate2 advises
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
 
 

@@ -122,7 +122,8 @@ def export_ctranslate2(checkpoint, src: str, tgt: str, out_dir, quantization: st
     finally:
         out.cleanup()
     if verbose:
-        print(f"exported {src}->{tgt} to {out_dir} (CTranslate2, {quantization}): {out.published_bytes() / 1e6:.2f} MB, "
+        print(f"exported {src}->{tgt} to {out_dir} (CTranslate2, {quantization}): "
+              f"{out.published_bytes() / 1e6:.2f} MB, "
               f"{report['params']:,} parameters ({report['param_ratio']:.0%} of the full model's); "
               f"translate with: langshare translate {out_dir}")
     return manifest

@@ -56,13 +56,13 @@ import torch
 from ..export import ExportError
 from . import export_dir
 from .export_dir import OutDir
-from .pair_export import SPM_NAME, data_dir, find_spm, language_tokens, pair_manifest, plain_pair, require_library
+from .pair_export import (FAIRSEQ_INSTEAD, SPM_NAME, data_dir, find_spm, language_tokens, pair_manifest, plain_pair,
+                          require_library)
 
 __all__ = ["export_transformers", "require_transformers", "read_manifest", "TransformersExportError", "FORMAT"]
 
 FORMAT = "langshare-transformers"
 RUNTIME = "transformers' MarianMTModel and M2M100 models"
-INSTEAD = "export with --format fairseq and translate with fairseq-generate"
 # fairseq's activation functions (utils.get_activation_fn) by transformers' names (ACT2FN)
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_accurate": "gelu_new", "gelu_fast": "gelu_new",
                "tanh": "tanh", "linear": "linear", "swish": "silu"}
@@ -212,7 +212,7 @@ def _pair_dictionary(state: Dict, data: Path, src: str, tgt: str):
 def _check_dictionary(src_dict, tgt_dict, weights, data: Path, checkpoint: Path) -> None:
     if src_dict.symbols != tgt_dict.symbols:
         raise TransformersExportError(f"the source and target dictionaries in {data} differ: a transformers tokenizer "
-                                      f"has one vocabulary; {INSTEAD}")
+                                      f"has one vocabulary; {FAIRSEQ_INSTEAD}")
     rows = weights["encoder.embed_tokens.weight"].size(0), weights["decoder.embed_tokens.weight"].size(0)
     if rows != (len(src_dict), len(tgt_dict)):
         raise TransformersExportError(f"the dictionaries in {data} do not fit {checkpoint} ({len(src_dict)} symbols, "
@@ -240,7 +240,8 @@ def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[
     proto = _spm_proto(spm_path)
     if proto.trainer_spec.model_type != 1 or proto.trainer_spec.byte_fallback:
         raise TransformersExportError(f"{spm_path} is not a unigram SentencePiece model without byte fallback (the kind "
-                                      f"langshare prepare-* trains): --format transformers converts those only; {INSTEAD}")
+                                      f"langshare prepare-* trains): --format transformers converts those only; "
+                                      f"{FAIRSEQ_INSTEAD}")
     normal = {p.piece: p.score for p in proto.pieces if p.type in (1, 4)}  # normal, user-defined
     missing = [piece for piece in normal if piece not in set(symbols)]
     if missing:
@@ -341,7 +342,8 @@ def _check_written(directory: Path, state: Dict, dictionary, src_ids: List[int],
     left = {k: sorted(v)[:3] for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys")
             and v}
     if left:
-        raise TransformersExportError(f"transformers loads the export of {checkpoint} incompletely ({left}): {INSTEAD}")
+        raise TransformersExportError(f"transformers loads the export of {checkpoint} incompletely ({left}): "
+                                      f"{FAIRSEQ_INSTEAD}")
     fairseq = _fairseq_network(state, dictionary)
     eos = dictionary.eos()
     src = torch.tensor([src_ids])
@@ -353,7 +355,7 @@ def _check_written(directory: Path, state: Dict, dictionary, src_ids: List[int],
     diff = (got.double() - expected.double()).abs().max().item()
     if not math.isfinite(diff) or diff > _TOLERANCE * max(1.0, expected.abs().max().item()):
         raise TransformersExportError(f"the transformers model written for {checkpoint} does not reproduce fairseq's "
-                                      f"logits (largest difference {diff:.3g}): {INSTEAD}")
+                                      f"logits (largest difference {diff:.3g}): {FAIRSEQ_INSTEAD}")
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -377,7 +379,7 @@ def export_transformers(checkpoint, src: str, tgt: str, out_dir, data=None, spm=
         reasons = _unsupported(cfg["model"], weights)
         if reasons:
             raise TransformersExportError(f"the {src}->{tgt} network of {checkpoint} has no transformers equivalent "
-                                          f"({'; '.join(reasons)}): {INSTEAD}")
+                                          f"({'; '.join(reasons)}): {FAIRSEQ_INSTEAD}")
         tokens = language_tokens(cfg["task"], src, tgt, "transformers", TransformersExportError)
         data = data_dir(data, cfg["task"], src, tgt, TransformersExportError)
         spm = find_spm(data, spm, TransformersExportError)
