@@ -20,35 +20,28 @@ multilingual checkpoint (raw text, ``--bpe sentencepiece``), greedy and beam 4.
 """
 
 import argparse
-import datetime
 import io
 import os
-import shlex
 import sys
 import tempfile
-import time
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Dict, List
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
-from .harness import PKG_DIR, decode_batch, interleaved, williams_orders
-from .report import machine, stats, write_json
-from .run import REPO_ROOT, read_corpus
+from .harness import PKG_DIR, decode_batch
+from .pair_decoding import (CT2, CT2_LABELS, PairDecoding, add_decoding_args, bytes_on_disk, decoding_threads,
+                            export_ctranslate2_forms, result_head, speed_metrics, write_result)
+from .run import read_corpus
 
-CONFIGS = ("fairseq_export", "transformers", "ct2_float32", "ct2_int8")
+CONFIGS = ("fairseq_export", "transformers", *CT2)
 LABELS = {"fairseq_export": "fairseq SequenceGenerator (fairseq-generate), exported pair (.pt)",
-          "transformers": "transformers generate, exported pair",
-          "ct2_float32": "CTranslate2 float32, exported pair", "ct2_int8": "CTranslate2 int8, exported pair"}
-CT2 = {"ct2_float32": "float32", "ct2_int8": "int8"}
-DOC = os.path.join(REPO_ROOT, "docs", "benchmarks.md")
+          "transformers": "transformers generate, exported pair", **CT2_LABELS}
 
 
 def export_forms(checkpoint, src: str, tgt: str, out_dir: Path) -> Dict:
-    from fairseq_langshare.deploy.ctranslate2_export import export_ctranslate2
     from fairseq_langshare.deploy.transformers_export import export_transformers
     from fairseq_langshare.export import export_pair
 
@@ -56,56 +49,27 @@ def export_forms(checkpoint, src: str, tgt: str, out_dir: Path) -> Dict:
     paths = {"fairseq_export": out_dir / f"{src}-{tgt}.pt", "transformers": out_dir / f"hf-{src}-{tgt}"}
     export_pair(checkpoint, src, tgt, paths["fairseq_export"], verbose=False)
     export_transformers(checkpoint, src, tgt, paths["transformers"], verbose=False)
-    for key, quantization in CT2.items():
-        paths[key] = out_dir / f"ct2-{src}-{tgt}-{quantization}"
-        export_ctranslate2(checkpoint, src, tgt, paths[key], quantization=quantization, verbose=False)
-    sizes = {key: (sum(p.stat().st_size for p in path.iterdir()) if path.is_dir() else path.stat().st_size)
-             for key, path in paths.items()}
-    return {"paths": paths, "bytes": sizes}
+    paths.update(export_ctranslate2_forms(checkpoint, src, tgt, out_dir))
+    return {"paths": paths, "bytes": {key: bytes_on_disk(path) for key, path in paths.items()}}
 
 
-def task_flags(pair_pt: Path) -> List[str]:
-    """The exported pair's language tokens and inventory as multilingual_langshare flags."""
-    cfg = torch.load(pair_pt, map_location="cpu", weights_only=True)["cfg"]["task"]
-    flags = ["--langs", ",".join(cfg["langs"]), "--lang-tok-style", cfg.get("lang_tok_style") or "multilingual"]
-    flags += ["--encoder-langtok", cfg["encoder_langtok"]] if cfg.get("encoder_langtok") else []
-    return flags + (["--decoder-langtok"] if cfg.get("decoder_langtok") else [])
+class Bench(PairDecoding):
+    """fairseq and transformers generate on the exported pair, CTranslate2 float32 and int8."""
+    configs = CONFIGS
 
-
-class Bench:
     def __init__(self, data: str, pair: str, forms: Dict, beam: int, single: int, batch_size: int, seed: int,
                  threads: int):
-        from fairseq import checkpoint_utils, options, tasks
         from transformers import AutoModelForSeq2SeqLM
 
-        from fairseq_langshare.deploy.translate import PairTranslator
-
-        self.pair, self.beam = pair, beam
-        src, tgt = pair.split("-")
-        self.argv = [data, "--task", "multilingual_langshare", "--user-dir", PKG_DIR, "--lang-pairs", pair, "-s", src,
-                     "-t", tgt, *task_flags(forms["paths"]["fairseq_export"]), "--path",
-                     str(forms["paths"]["fairseq_export"]), "--gen-subset", "test", "--beam", str(beam), "--cpu"]
-        args = options.parse_args_and_arch(options.get_generation_parser(), self.argv)
-        self.task = tasks.setup_task(args)
-        models, _ = checkpoint_utils.load_model_ensemble([str(forms["paths"]["fairseq_export"])], task=self.task)
-        self.model = models[0].eval()
-        self.generators = {b: self.task.build_generator([self.model], argparse.Namespace(**{**vars(args), "beam": b}))
+        super().__init__(data, pair, forms, forms["paths"]["fairseq_export"], beam, single, batch_size, seed, threads)
+        self.model = self.load_fairseq(forms["paths"]["fairseq_export"])
+        self.generators = {b: self.task.build_generator([self.model], argparse.Namespace(**{**vars(self.args),
+                                                                                             "beam": b}))
                            for b in {1, beam}}
         self.hf = AutoModelForSeq2SeqLM.from_pretrained(str(forms["paths"]["transformers"])).eval()
-        self.translators = {key: PairTranslator(forms["paths"][key], threads=threads) for key in CT2}
-        self.task.load_dataset("test")
-        ds = self.task.dataset("test")
         sd = self.task.source_dictionary
         self.eos, self.pad = sd.eos(), sd.pad()
-        self.source_ids = {i: ds[i]["source"].tolist() for i in range(len(ds))}  # language token first, EOS last
-        self.source = {i: [sd[t] for t in ids[:-1]] for i, ids in self.source_ids.items()}
-        ordered = sorted(range(len(ds)), key=lambda i: (int(ds.num_tokens(i)), i))
-        self.batched = [ds.collater([ds[i] for i in ordered[k:k + batch_size]]) for k in range(0, len(ds), batch_size)]
-        picked = np.random.RandomState(seed).choice(len(ds), min(single, len(ds)), replace=False)
-        self.single = [ds.collater([ds[int(i)]]) for i in picked]
         self._hf_inputs = {}
-        self.n_sentences = len(ds)
-        self.mean_source_tokens = float(np.mean([len(s) for s in self.source_ids.values()]))
 
     def _hf_input(self, batch):
         """The batch's source ids, right-padded (what the exported tokenizer gives), built once."""
@@ -125,43 +89,16 @@ class Bench:
             hyps.append(row[:row.index(self.eos) + 1] if self.eos in row else row)
         return hyps
 
-    def step(self, key, batch) -> int:
-        """Decode one batch; return the generated tokens (best hypotheses, EOS included)."""
-        if key in CT2:
-            return sum(len(h) for h in self.translators[key].decode([self.source[i] for i in batch["id"].tolist()],
-                                                                    beam=self.beam))
+    def decode(self, key, batch) -> int:
         if key == "transformers":
             return sum(len(h) for h in self._hf(batch, self.beam))
         return decode_batch(self.task, self.generators[self.beam], self.model, batch)
 
-    def hypotheses(self, key, beam) -> Dict[int, List[str]]:
-        """Best hypothesis of every sentence, as target symbols without EOS."""
-        out = {}
-        td = self.task.target_dictionary
-        for batch in self.batched:
-            ids = batch["id"].tolist()
-            if key in CT2:
-                hyps = [[t for t in h if t != "</s>"]
-                        for h in self.translators[key].decode([self.source[i] for i in ids], beam=beam)]
-            elif key == "transformers":
-                hyps = [[td[t] for t in h if t != td.eos()] for h in self._hf(batch, beam)]
-            else:
-                found = self.task.inference_step(self.generators[beam], [self.model], batch)
-                hyps = [[td[t] for t in h[0]["tokens"].tolist() if t != td.eos()] for h in found]
-            out.update(zip(ids, hyps))
-        return out
-
-    def run(self, reps: int, warmup: int, progress=True) -> Dict:
-        samples = {m: {k: [] for k in CONFIGS} for m in ("single", "batched", "cpu:single", "cpu:batched")}
-        for rep in tqdm(range(warmup + reps), desc=f"{self.pair}: repetitions (4 configurations interleaved)",
-                        unit="rep", disable=not progress):
-            for metric, batches in (("single", self.single), ("batched", self.batched)):
-                wall, cpu, tokens = interleaved(batches, self.step, keys=CONFIGS, orders=williams_orders(CONFIGS))
-                if rep >= warmup:
-                    for key in CONFIGS:
-                        samples[metric][key].append(sum(tokens[key]) / wall[key])
-                        samples["cpu:" + metric][key].append(sum(tokens[key]) / cpu[key])
-        return samples
+    def symbols(self, key, batch, beam: int) -> List[List[str]]:
+        if key == "transformers":
+            td = self.task.target_dictionary
+            return [[td[t] for t in h if t != td.eos()] for h in self._hf(batch, beam)]
+        return self.fairseq_symbols(self.generators[beam], self.model, batch)
 
 
 # --- raw-text fidelity -----------------------------------------------------------------------
@@ -239,11 +176,6 @@ def task_flags_of(checkpoint: str) -> List[str]:
 
 # --- run and report --------------------------------------------------------------------------
 
-def _ratios(samples, num: str, den: str) -> Dict:
-    a, b = samples[den], samples[num]
-    return {"ratio": float(np.median(b) / np.median(a)), "paired_ratio": stats([y / x for x, y in zip(a, b)])}
-
-
 def run(corpus: str, checkpoint: str, pair: str, reps: int = 3, warmup: int = 1, beam: int = 4, single: int = 100,
         batch_size: int = 64, threads: int = 1, seed: int = 1, fidelity_pairs=(), name=None, progress=True) -> Dict:
     import ctranslate2
@@ -251,47 +183,20 @@ def run(corpus: str, checkpoint: str, pair: str, reps: int = 3, warmup: int = 1,
 
     data, _, _ = read_corpus(corpus)
     src, tgt = pair.split("-")
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    started, load_before = time.time(), os.getloadavg()
-    try:
+    with decoding_threads(threads) as (started, load_before):
         with tempfile.TemporaryDirectory(prefix="langshare-hf-bench-") as tmp:
             forms = export_forms(checkpoint, src, tgt, Path(tmp))
             bench = Bench(data, pair, forms, beam, single, batch_size, seed, threads)
             hyps = {b: {key: bench.hypotheses(key, b) for key in CONFIGS} for b in (1, beam)}
             samples = bench.run(reps, warmup, progress)
         raw = fidelity(corpus, checkpoint, list(fidelity_pairs), (1, beam), batch_size, progress) if fidelity_pairs else {}
-    finally:
-        torch.set_num_threads(threads_before)
-    metrics = {}
-    for metric, label in (("single", "decoding tokens/s, batch 1"), ("batched", f"decoding tokens/s, batch {batch_size}")):
-        entry = {"label": label, "unit": "tokens/s"}
-        for key in CONFIGS:
-            entry[key] = stats(samples[metric][key])
-            entry[key]["cpu_time"] = stats(samples["cpu:" + metric][key])
-        entry["vs_fairseq_export"] = {key: _ratios(samples[metric], key, "fairseq_export") for key in CONFIGS}
-        entry["vs_fairseq_export_cpu_time"] = {key: _ratios(samples["cpu:" + metric], key, "fairseq_export")
-                                               for key in CONFIGS}
-        metrics[metric] = entry
-    mach = machine(threads)
-    mach["loadavg_before"], mach["loadavg_after"] = list(load_before), list(os.getloadavg())
-    mach["ctranslate2"], mach["transformers"] = ctranslate2.__version__, transformers.__version__
     identical = {f"beam{b}": {key: sum(hyps[b][key][i] == hyps[b]["fairseq_export"][i] for i in hyps[b]["fairseq_export"])
                               for key in CONFIGS} for b in (1, beam)}
+    versions = {"ctranslate2": ctranslate2.__version__, "transformers": transformers.__version__}
     return {
-        "name": name or f"transformers-vs-fairseq-{pair}",
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "elapsed_s": round(time.time() - started, 1),
-        "machine": mach,
-        "checkpoint": os.path.abspath(checkpoint), "corpus": os.path.abspath(corpus), "pair": pair,
-        "configs": LABELS, "fairseq_argv": bench.argv,
-        "data": {"split": "test", "sentences": bench.n_sentences, "single_sentences": len(bench.single),
-                 "batch_size": batch_size, "batches": len(bench.batched), "beam": beam,
-                 "mean_source_tokens": bench.mean_source_tokens},
-        "protocol": {"reps": reps, "warmup": warmup, "threads": threads, "seed": seed,
-                     "order": "per repetition: batch 1, then batch N; within each, per batch the four "
-                              "configurations in the orders of a 4x4 Williams design, cycled"},
-        "metrics": metrics, "bytes_on_disk": forms["bytes"],
+        **result_head(name or f"transformers-vs-fairseq-{pair}", started, load_before, threads, versions, checkpoint,
+                      corpus, LABELS, bench, reps, warmup, seed),
+        "metrics": speed_metrics(samples, CONFIGS, batch_size), "bytes_on_disk": forms["bytes"],
         "identical_to_fairseq_export": identical,
         "raw_text_fidelity_vs_fairseq_interactive": raw,
     }
@@ -342,13 +247,7 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint", required=True, help="full multilingual checkpoint")
     parser.add_argument("--pair", default="en-fr", help="direction to export and time (default %(default)s)")
     parser.add_argument("--name", help="result name (default transformers-vs-fairseq-PAIR)")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--single", type=int, default=100, help="sentences decoded one at a time (default %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=1)
+    add_decoding_args(parser, reps=3)
     parser.add_argument("--fidelity-pairs", default="", help="directions whose raw test text is compared with "
                         "fairseq-interactive (comma-separated, 'all': every direction of the corpus; default none)")
     parser.add_argument("--out-json", help="default benchmarks/results/NAME.json")
@@ -357,12 +256,7 @@ def main(argv=None) -> int:
     pairs = lang_pairs if args.fidelity_pairs == "all" else [p for p in args.fidelity_pairs.split(",") if p]
     result = run(args.corpus, args.checkpoint, args.pair, args.reps, args.warmup, args.beam, args.single,
                  args.batch_size, args.threads, args.seed, pairs, args.name)
-    result["command"] = ("python -m benchmarks.transformers_vs_fairseq "
-                         + shlex.join(argv if argv is not None else sys.argv[1:]))
-    out_json = args.out_json or os.path.join(REPO_ROOT, "benchmarks", "results", f"{result['name']}.json")
-    write_json(result, out_json)
-    sys.stdout.write(markdown(result))
-    print(f"JSON: {out_json}")
+    write_result(result, "transformers_vs_fairseq", argv, args.out_json, markdown(result))
     return 0
 
 
