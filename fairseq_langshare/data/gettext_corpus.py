@@ -308,8 +308,7 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
                 present[pair][split] = bool(rows)
 
         sp = train_spm(tmp, splits, vocab_size)
-        corpus_build.encode_and_dict(tmp, sp, lang_pairs, workers)
-        corpus_build.binarize(tmp, lang_pairs, present, workers)
+        corpus_build.encode_and_binarize(tmp, lang_pairs, present, workers)
         all_langs = [PIVOT] + languages
         manifest = {
             "version": 1, "pivot": PIVOT, "languages": languages, "langs": all_langs,
