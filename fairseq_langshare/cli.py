@@ -16,11 +16,11 @@ import warnings
 
 from . import analysis, comparison, evaluation, export
 from .user_errors import message
-from .data import gettext_corpus
+from .data import gettext_corpus, parallel_corpus
 from .deploy import translate
 from .recipes import corpora, experiments, head_to_head
 
-SUBCOMMANDS = (gettext_corpus, corpora, evaluation, comparison, experiments, head_to_head, analysis, export, translate)
+SUBCOMMANDS = (gettext_corpus, parallel_corpus, corpora, evaluation, comparison, experiments, head_to_head, analysis, export, translate)
 
 
 def build_parser() -> argparse.ArgumentParser:

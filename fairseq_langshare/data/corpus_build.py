@@ -329,24 +329,51 @@ def train_spm_model(tmp, sentences, vocab_size, character_coverage=0.9995, model
         model_type=model_type, character_coverage=character_coverage, hard_vocab_limit=False,
         input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
         num_threads=1)  # the model depends on the thread count; one thread keeps it fixed
+    return _write_spm_model(tmp, model.getvalue())
+
+
+def check_spm_model(path):
+    """The bytes of the SentencePiece model file ``path``; one line if it is not one."""
+    import sentencepiece as spm
+
+    if not os.path.isfile(path):
+        raise ValueError(f"--spm-model {path} is not a file; pass a SentencePiece .model file")
+    with open(path, "rb") as f:
+        proto = f.read()
+    try:
+        spm.SentencePieceProcessor(model_proto=proto)
+    except (RuntimeError, OSError):
+        raise ValueError(f"--spm-model {path} is not a SentencePiece model; pass the .model file spm_train "
+                         "or a prepared corpus (spm.model) wrote") from None
+    return proto
+
+
+def use_spm_model(tmp, path):
+    """Reuse the SentencePiece model file ``path``: copied to spm.model with its spm.vocab."""
+    return _write_spm_model(tmp, check_spm_model(path))
+
+
+def _write_spm_model(tmp, proto):
+    import sentencepiece as spm
+
     with open(os.path.join(tmp, "spm.model"), "wb") as f:
-        f.write(model.getvalue())
-    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+        f.write(proto)
+    sp = spm.SentencePieceProcessor(model_proto=proto)
     write_lines(os.path.join(tmp, "spm.vocab"),
                 (f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}" for i in range(sp.get_piece_size())))
     return sp
 
 
-def map_directions(fn, jobs, workers=1, desc=None, weights=None):
+def map_directions(fn, jobs, workers=1, desc=None, weights=None, unit="direction"):
     """``[fn(job) for job in jobs]`` in order, run by up to ``workers`` processes when there are
-    several jobs. A job is a dict; it gets ``threads``: 1 in a worker process, ``workers`` when
-    the jobs run one by one here. A progress bar counts ``weights`` (lines; default one per job)."""
+    several jobs. A job is a dict; it gets ``threads`` (1 in a worker process, ``workers`` when the
+    jobs run one by one here) and ``progress`` (True when it runs here: it may show its own bar).
+    The progress bar counts ``weights`` in ``unit`` (default: one direction per job)."""
     parallel = workers > 1 and len(jobs) > 1
-    jobs = [dict(job, threads=1 if parallel else max(1, workers)) for job in jobs]
+    jobs = [dict(job, threads=1 if parallel else max(1, workers), progress=not parallel) for job in jobs]
     weights = list(weights) if weights is not None else [1] * len(jobs)
-    unit = "direction" if all(w == 1 for w in weights) else "line"
     results = []
-    with tqdm(total=sum(weights), desc=desc, unit=unit, unit_scale=unit == "line") as bar:
+    with tqdm(total=sum(weights), desc=desc, unit=unit, unit_scale=unit != "direction") as bar:
         if parallel:
             with Pool(min(workers, len(jobs))) as pool:
                 for w, result in zip(weights, pool.imap(fn, jobs)):
@@ -359,6 +386,12 @@ def map_directions(fn, jobs, workers=1, desc=None, weights=None):
     return results
 
 
+def line_bar(job, desc, total=None):
+    """A per-line progress bar for a job run by :func:`map_directions` (off in worker processes)."""
+    return tqdm(total=total, desc=desc, unit="line", unit_scale=True, leave=False,
+                disable=not job.get("progress"), mininterval=1.0)
+
+
 def _encode_direction(job):
     """Encode raw/{split}.{pair}.{lang} of one stored pair into spm/; returns the training
     split's piece counts."""
@@ -367,6 +400,12 @@ def _encode_direction(job):
     tmp, pair, threads = job["tmp"], job["pair"], job["threads"]
     sp = spm.SentencePieceProcessor(model_file=os.path.join(tmp, "spm.model"))
     freq = collections.Counter()
+    with line_bar(job, f"encoding {pair}", job.get("lines") and 2 * job["lines"]) as bar:
+        _encode_files(tmp, pair, sp, threads, freq, bar)
+    return freq
+
+
+def _encode_files(tmp, pair, sp, threads, freq, bar):
     for split in SPLITS:
         for lang in pair.split("-"):
             name = f"{split}.{pair}.{lang}"
@@ -385,7 +424,7 @@ def _encode_direction(job):
                             freq.update(p)
                     for p in pieces:
                         fout.write(" ".join(p) + "\n")
-    return freq
+                    bar.update(len(lines))
 
 
 def _binarize_direction(job):
@@ -418,8 +457,9 @@ def encode_and_binarize(tmp, stored_pairs, splits_present, workers=1, lines=None
     import sentencepiece as spm
 
     weights = [lines[p] for p in stored_pairs] if lines else None
-    counts = map_directions(_encode_direction, [dict(tmp=tmp, pair=p) for p in stored_pairs], workers,
-                            "encoding", weights)
+    unit = "pair" if lines else "direction"
+    counts = map_directions(_encode_direction, [dict(tmp=tmp, pair=p, lines=lines and lines[p]) for p in stored_pairs],
+                            workers, "encoding", weights, unit)
     freq = sum(counts, collections.Counter())
     sp = spm.SentencePieceProcessor(model_file=os.path.join(tmp, "spm.model"))
     dict_lines = [f"{sp.id_to_piece(i)} {freq[sp.id_to_piece(i)]}"
@@ -427,7 +467,7 @@ def encode_and_binarize(tmp, stored_pairs, splits_present, workers=1, lines=None
                   if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))]
     write_lines(os.path.join(tmp, "bin", "dict.txt"), dict_lines)
     jobs = [dict(tmp=tmp, pair=p, splits=[s for s in SPLITS if splits_present[p].get(s)]) for p in stored_pairs]
-    map_directions(_binarize_direction, jobs, workers, "binarizing", weights)
+    map_directions(_binarize_direction, jobs, workers, "binarizing", weights, unit)
     log = os.path.join(tmp, "bin", "preprocess.log")
     if os.path.exists(log):
         os.remove(log)
