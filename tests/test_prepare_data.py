@@ -83,6 +83,7 @@ def test_layout_manifest_and_binarized_data(reference):
     assert m["builder"] == "prepare-data" and m["pivot"] == "en" and m["langs"] == ["en", "xx", "yy"]
     assert lines(f"{out}/langs.txt") == ["en", "xx", "yy"] and lines(f"{out}/lang_pairs.txt") == ["en-xx,en-yy"]
     assert m["zero_shot_pairs"] == [] and set(m["inputs"]) == set(files)
+    assert m["train_pairs_per_language"] == {"xx": m["counts"]["train"]["en-xx"], "yy": m["counts"]["train"]["en-yy"]}
     assert m["inputs"][files[0]] == cb.sha256(files[0])
     d = Dictionary.load(f"{out}/bin/dict.txt")
     for pair in ("en-xx", "en-yy"):
@@ -155,6 +156,24 @@ def test_held_out_picker_and_sizes():
     assert heldout.carve_sizes(10, 500, 1000) == (1, 1)
 
 
+def test_add_test_only_directions_drops_sentences_seen_in_training(tmp_path):
+    """The function a corpus builder calls to add zero-shot test sets (e.g. joined on held-out
+    English): pairs with a sentence that occurs in training are dropped, the rest written."""
+    (tmp_path / "raw").mkdir()
+    cb.write_pair_files(str(tmp_path), "train", "en-xx", [("one", "un"), ("two", "deux")])
+    cb.write_pair_files(str(tmp_path), "train", "en-yy", [("one", "eins"), ("three", "drei")])
+    seen = heldout.sentence_fingerprints(str(tmp_path), "train", ["en-xx", "en-yy"])
+    assert len(seen["en"]) == 3 and len(seen["xx"]) == 2
+    counts, dropped = heldout.add_test_only_directions(
+        str(tmp_path), {"xx-yy": {"test": [("un", "zwei"), ("cinq", "fünf"), ("six", "drei")],
+                                  "valid": [("un", "eins")]}}, exclude=seen)
+    assert counts == {"xx-yy": {"test": 1}} and dropped == {"xx-yy": 3}
+    assert lines(tmp_path / "raw/test.xx-yy.xx") == ["cinq"] and lines(tmp_path / "raw/test.xx-yy.yy") == ["fünf"]
+    assert not (tmp_path / "raw/valid.xx-yy.xx").exists()
+    with pytest.raises(ValueError, match="valid/test data only"):
+        heldout.add_test_only_directions(str(tmp_path), {"xx-yy": {"train": []}})
+
+
 def test_every_input_form_gives_the_same_corpus(reference, tmp_path):
     """.gz and .xz TSVs, a given-train TSV and fairseq's plain-text layout hold the same pairs as the
     plain SRC-TGT.tsv files: the same corpus, byte for byte; and --workers 2 changes nothing."""
@@ -186,11 +205,14 @@ def test_given_splits_zero_shot_direction_and_filters(tmp_path):
     # a zero-shot direction: test only; its sentences must leave training
     zs = [(translate(s, "xx"), translate(s, "yy")) for s in EN[:15]]
     write_tsv(tmp_path / "test.xx-yy.tsv", zs)
+    write_tsv(tmp_path / "test.en-zz.tsv", rows("en", "zz", english(5, seed=8)))  # a language without training data
     out = tmp_path / "corpus"
     m = pc.prepare_data(out, [str(given), str(tmp_path / "test.en-xx.tsv"), str(tmp_path / "en-yy.tsv"),
-                              str(tmp_path / "test.xx-yy.tsv")], **SMALL)
-    assert m["lang_pairs"] == ["en-xx", "en-yy"] and m["zero_shot_pairs"] == ["xx-yy"]
-    assert lines(out / "lang_pairs.txt") == ["en-xx,en-yy"] and m["langs"] == ["en", "xx", "yy"]
+                              str(tmp_path / "test.xx-yy.tsv"), str(tmp_path / "test.en-zz.tsv")], **SMALL)
+    assert m["lang_pairs"] == ["en-xx", "en-yy"] and m["zero_shot_pairs"] == ["en-zz", "xx-yy"]
+    assert set(m["train_pairs_per_language"]) == {"xx", "yy"}
+    assert lines(out / "lang_pairs.txt") == ["en-xx,en-yy"] and m["langs"] == ["en", "xx", "yy", "zz"]
+    assert lines(out / "langs.txt") == m["langs"] and m["counts"]["test"]["en-zz"] == 5
     assert m["held_out"]["en-xx"] == {"valid": "given", "test": "given"}
     assert m["held_out"]["xx-yy"] == {"test": "given"}
     assert lines(out / "raw/valid.en-xx.xx") == [b for _, b in valid]
@@ -251,7 +273,8 @@ GOOD = "".join(f"{a}\t{b}\n" for a, b in DATA["en-xx"][:50]).encode()
 BAD_INPUTS = {
     "line counts differ": ({"train.en-xx.en": b"a\nb\nc\n", "train.en-xx.xx": b"a\nb\n"}, ["in"],
                            ["train.en-xx.en has 3 lines", "train.en-xx.xx has 2"]),
-    "not UTF-8": ({"en-xx.tsv": GOOD + b"caf\xe9\tx\n"}, ["in/en-xx.tsv"], ["line 51", "byte 4", "0xe9", "UTF-8"]),
+    "not UTF-8": ({"en-xx.tsv": GOOD + b"caf\xe9\tx\n", "en-yy.tsv": GOOD}, ["in"],  # read in a worker process
+                  ["en-xx.tsv line 51", "byte 4", "0xe9", "UTF-8"]),
     "no tab": ({"en-xx.tsv": GOOD + b"no tab here\n"}, ["in/en-xx.tsv"], ["line 51 has no tab"]),
     "two tabs": ({"en-xx.tsv": b"a\tb\tc\n" + GOOD}, ["in/en-xx.tsv"], ["line 1 has 2 tabs"]),
     "empty file": ({"en-xx.tsv": GOOD, "en-yy.tsv": b""}, ["in"], ["en-yy.tsv is empty"]),
@@ -270,7 +293,7 @@ def test_bad_input_is_one_line_and_leaves_no_output(case, tmp_path, capsys):
     files, args, expect = BAD_INPUTS[case]
     for name, data in files.items():
         _write(str(tmp_path / "in" / name), data)
-    workers = ["--workers", "2"] if case == "not UTF-8" else []  # an error raised in a worker process
+    workers = ["--workers", "2"] if case == "not UTF-8" else []  # two directions: an error raised in a worker
     code = cli.main(["prepare-data", "--out", str(tmp_path / "corpus"), "--vocab-size", "50", *workers,
                      *[str(tmp_path / a) for a in args]])
     err = one_error_line(capsys.readouterr().err.strip())

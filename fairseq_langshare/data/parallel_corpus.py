@@ -26,7 +26,7 @@ from .parallel_files import InputError
 
 SPLITS = cb.SPLITS
 DEFAULTS = dict(valid_size=500, test_size=1000, min_chars=1, max_chars=1000, max_ratio=9.0, vocab_size=8000,
-                spm_sentences=1_000_000, spm_temperature=5.0)
+                spm_sentences=300_000, spm_temperature=5.0)
 NORMALIZATION = "nfc+control+whitespace"
 
 
@@ -267,6 +267,9 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
             "languages": [lang for lang in all_langs if lang != pivot], "langs": all_langs,
             "lang_pairs": trained, "zero_shot_pairs": [d for d in test_only if d in zs_counts],
             "stored_pairs": stored, "counts": counts, "held_out": how,
+            "train_pairs_per_language": {  # the papers' resource groups: of its larger direction with the pivot
+                x: max(n for d, n in counts["train"].items() if x in d.split("-"))
+                for x in all_langs if pivot and x != pivot and x in trained_langs},
             "read": {d: read[d]["read"] for d in by_direction}, "removed": removed,
             "inputs": sums,
             "spm": {"sampling": {"temperature": spm_temperature, "total": spm_sentences},
