@@ -29,6 +29,8 @@ from tqdm import tqdm
 
 import fairseq_langshare
 
+from .fairseq_steps import build_generator, build_model, build_trainer, decode_batch, parse_args, train_step
+
 logger = logging.getLogger(__name__)
 
 PKG_DIR = os.path.dirname(os.path.abspath(fairseq_langshare.__file__))
@@ -86,12 +88,6 @@ class Settings:
 # ------------------------------------------------------------------ building blocks
 
 
-def parse_args(argv):
-    from fairseq import options
-
-    return options.parse_args_and_arch(options.get_training_parser(), list(argv))
-
-
 def check_same_task(args_a, args_b, larger_inventory=False):
     """Both configurations must describe the same task: it is set up once, from A. With
     ``larger_inventory``, B's ``--langs`` may extend A's (A's languages first, in order): the
@@ -111,48 +107,6 @@ def check_same_task(args_a, args_b, larger_inventory=False):
             raise ValueError(f"configuration B changes the task/data option --{name.replace('_', '-')} "
                              f"({getattr(args_a, name, None)!r} vs {getattr(args_b, name, None)!r}): "
                              f"both configurations must run on the same data; pass it in the task args")
-
-
-def build_model(task, args, seed):
-    """Model (same seed for every configuration) and its criterion."""
-    from fairseq import utils
-
-    utils.set_torch_seed(seed)
-    model = task.build_model(args)
-    return model, task.build_criterion(args)
-
-
-def build_trainer(args, task, model, criterion):
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.trainer import Trainer
-
-    return Trainer(convert_namespace_to_omegaconf(args), task, model, criterion)
-
-
-def build_generator(task, model, beam, decode_len: Optional[int]):
-    """fairseq's ``SequenceGenerator`` through the task. ``decode_len`` (tokens incl. EOS)
-    forces every hypothesis to that length (min_len = max_len); None lets the model stop."""
-    from fairseq.dataclass.configs import GenerationConfig
-
-    if decode_len is None:
-        cfg = GenerationConfig(beam=beam, max_len_a=1.2, max_len_b=10)
-    else:
-        steps = max(int(decode_len) - 1, 1)
-        cfg = GenerationConfig(beam=beam, max_len_a=0, max_len_b=steps, min_len=steps)
-    return task.build_generator([model], cfg)
-
-
-def train_step(trainer, batch) -> float:
-    """One real fairseq update (forward, backward, optimizer step); returns its loss."""
-    out = trainer.train_step([batch])
-    return float(out["loss"]) if out and "loss" in out else float("nan")
-
-
-def decode_batch(task, generator, model, batch) -> int:
-    """Beam search through ``task.inference_step``; returns the generated tokens (best
-    hypothesis of each sentence, EOS included, as fairseq-generate counts them)."""
-    hypos = task.inference_step(generator, [model], batch)
-    return sum(len(h[0]["tokens"]) for h in hypos)
 
 
 def interleaved(batches, step, keys=CONFIGS, orders=None):
@@ -342,17 +296,20 @@ class Benchmark:
         return report.build_result(self, samples, params, losses, load_before, time.time() - started)
 
 
-def run_comparison(settings: Settings, out_json=None, markdown=None, progress=True) -> dict:
-    """Measure, write the JSON (``out_json``) and append the markdown table to ``markdown``."""
+def run_comparison(settings: Settings, out_json=None, markdown=None, progress=True, tag="") -> dict:
+    """Measure, store the result in ``out_json`` as its run ``tag`` (``report.store_run``) and append
+    the markdown table to ``markdown``."""
     from . import report
 
+    if out_json:
+        report.read_runs(out_json)  # a file that holds no result is refused now, not after the measurement
     bench = Benchmark(settings)
     try:
         result = bench.run(progress=progress)
     finally:
         bench.close()
     if out_json:
-        report.write_json(result, out_json)
+        report.store_run(result, out_json, tag)
     if markdown:
         report.append_markdown(result, markdown)
     return result

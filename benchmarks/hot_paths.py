@@ -22,7 +22,8 @@ import time
 
 import torch
 
-from .harness import Settings, build_generator, decode_batch, parse_args
+from .fairseq_steps import build_generator, decode_batch, parse_args
+from .harness import Settings
 from .run import read_corpus
 from .run_baseline import SMALL, corpus_dir
 

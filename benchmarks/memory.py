@@ -85,30 +85,30 @@ def probe(spec) -> dict:
     """Run in the subprocess: one configuration, one phase."""
     from fairseq import tasks
 
-    from benchmarks import harness
+    from benchmarks import fairseq_steps as steps
 
     torch.set_num_threads(spec["threads"])
-    args = harness.parse_args(spec["argv"])
+    args = steps.parse_args(spec["argv"])
     task = tasks.setup_task(args)
-    model, criterion = harness.build_model(task, args, spec["seed"])
+    model, criterion = steps.build_model(task, args, spec["seed"])
     batches = torch.load(spec["batches"], weights_only=False)[spec["phase"]]
     if spec["phase"] == "train":
-        trainer = harness.build_trainer(args, task, model, criterion)
+        trainer = steps.build_trainer(args, task, model, criterion)
 
         def run(batches):
             for batch in batches:
-                harness.train_step(trainer, batch)
+                steps.train_step(trainer, batch)
 
         run(batches[:1])
         trainer.optimizer.zero_grad()  # gradients are None again, as at the start of every step
     else:
-        generator = harness.build_generator(task, model, spec["beam"], spec["decode_len"])
+        generator = steps.build_generator(task, model, spec["beam"], spec["decode_len"])
 
         model.eval()
 
         def run(batches):
             for batch in batches:
-                harness.decode_batch(task, generator, model, batch)
+                steps.decode_batch(task, generator, model, batch)
 
         run(batches[:1])
     baseline = settle()

@@ -1,4 +1,5 @@
-"""Statistics, ratios B/A, the JSON result and the markdown table of one comparison."""
+"""Statistics, ratios B/A, the JSON result (one run, or several runs of a comparison in one file) and
+the markdown table of one comparison."""
 
 import datetime
 import json
@@ -117,6 +118,43 @@ def write_json(result, path):
     _atomic_write(path, json.dumps(result, indent=1) + "\n")
 
 
+# A comparison's results file holds one run (the result itself, as ``build_result`` makes it) or
+# several: {"comparison": NAME, "runs": [result, ...]}, each run with its "tag" ("" untagged; e.g.
+# "amd3" for the third run of a series, "d512" for the same comparison at another width,
+# recorded in its configs' args). Readers take either form through ``runs``.
+
+def runs(data) -> list:
+    """The runs of a results file's content, each with its "tag"."""
+    if isinstance(data, dict) and isinstance(data.get("runs"), list):
+        return data["runs"]
+    if isinstance(data, dict) and "metrics" in data:
+        return [dict(data, tag=data.get("tag", ""))]
+    raise ValueError("not a benchmark result (neither a result with 'metrics' nor a list of 'runs')")
+
+
+def read_runs(path) -> list:
+    """The runs stored in ``path`` ([] if there is no such file)."""
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path, encoding="utf-8") as f:
+            return runs(json.load(f))
+    except ValueError as error:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"{path}: {error}; move it away or write the result elsewhere (--results-dir, --out-json)")
+
+
+def store_run(result, path, tag="", comparison=None):
+    """Write ``result`` into ``path`` as the run tagged ``tag``, replacing a run of the same tag and
+    keeping the others; the file stays a plain result while it holds one untagged run."""
+    kept = [r for r in read_runs(path) if r.get("tag", "") != tag]
+    if not kept and not tag:
+        write_json(result, path)
+        return
+    comparison = comparison or os.path.splitext(os.path.basename(path))[0]
+    run = {"tag": tag, **{k: v for k, v in result.items() if k != "tag"}}
+    write_json({"comparison": comparison, "runs": kept + [run]}, path)
+
+
 def _num(x, unit):
     if unit == "params":
         return f"{int(round(x)):,}"
@@ -189,6 +227,5 @@ def append_markdown_text(text, path):
     _atomic_write(path, old.rstrip("\n") + "\n\n" + text)
 
 
-if __name__ == "__main__":  # re-render a stored result: python -m benchmarks.report RESULT.json
-    with open(sys.argv[1]) as f:
-        sys.stdout.write(markdown(json.load(f)))
+if __name__ == "__main__":  # re-render a stored result, every run of it: python -m benchmarks.report RESULT.json
+    sys.stdout.write("\n".join(markdown(run) for run in read_runs(sys.argv[1])))

@@ -6,7 +6,8 @@
 
 ``--corpus`` reads langs and pairs from a prepared corpus (``manifest.json``, data in ``bin/``);
 or give ``--data BIN_DIR --langs ... --lang-pairs ...``. Writes the JSON (``--out-json``,
-default ``benchmarks/results/NAME.json``) and appends the markdown table to
+default ``benchmarks/results/NAME.json``; where that file holds tagged runs of the comparison too,
+they are kept and its untagged run is replaced) and appends the markdown table to
 docs/benchmarks.md (``--doc``; ``--no-append`` to skip).
 """
 

@@ -63,11 +63,13 @@ def run_comparisons(argv, prog, description, comparisons) -> int:
                         help="fairseq flags appended to both A's and B's (they win), e.g. other dimensions: "
                              "'--encoder-embed-dim 512 --decoder-embed-dim 512 ...'; give --tag with them")
     parser.add_argument("--tag", default="",
-                        help="appended to the comparison's name and JSON file as NAME-TAG (e.g. d512), so that a run with "
-                             "--model-args does not overwrite the reference figures")
+                        help="store this run as run TAG of results/NAME.json (e.g. d512, amd3), beside the comparison's "
+                             "other runs, so that a run with --model-args or a repeated run does not overwrite the "
+                             "reference figures; the run's name is NAME-TAG")
     args = add_measurement_args(parser).parse_args(argv)
     if args.model_args and not args.tag:
-        parser.error("--model-args changes both models: give --tag TAG so that NAME.json is not overwritten")
+        parser.error("--model-args changes both models: give --tag TAG so that its run is stored beside the "
+                     "untagged reference run of NAME.json, not over it")
     extra = shlex.split(args.model_args)
     from .report import markdown
     from .run import read_corpus
@@ -80,10 +82,10 @@ def run_comparisons(argv, prog, description, comparisons) -> int:
         if extra:
             a, b = [*a, *extra], [*b, *extra]
             a_label, b_label = f"{a_label}, with {args.model_args}", f"{b_label}, with {args.model_args}"
-        name = f"{name}-{args.tag}" if args.tag else name
-        settings = settings_from_args(args, name, data, langs, pairs, a, b, a_label, b_label)
+        run_name = f"{name}-{args.tag}" if args.tag else name
+        settings = settings_from_args(args, run_name, data, langs, pairs, a, b, a_label, b_label)
         settings = dataclasses.replace(settings, **overrides)
-        result = run_comparison(settings, out_json=os.path.join(args.results_dir, f"{name}.json"),
+        result = run_comparison(settings, out_json=os.path.join(args.results_dir, f"{name}.json"), tag=args.tag,
                                 markdown=None if args.no_append else args.doc)
         sys.stdout.write("\n" + markdown(result))
     return 0

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .harness import PKG_DIR, decode_batch, interleaved, williams_orders
+from .fairseq_steps import decode_batch
+from .harness import PKG_DIR, interleaved, williams_orders
 from .report import machine, stats, write_json
 from .run import REPO_ROOT, read_corpus
 

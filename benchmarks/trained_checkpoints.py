@@ -23,7 +23,8 @@ import sys
 import numpy as np
 import torch
 
-from .harness import build_generator, decode_batch, interleaved, resolve_decode_len
+from .fairseq_steps import build_generator, decode_batch
+from .harness import interleaved, resolve_decode_len
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

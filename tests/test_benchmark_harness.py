@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:  # benchmarks/ is a top-level directory of the repository, not installed
     sys.path.insert(0, REPO)
 
-from benchmarks import harness, report, run  # noqa: E402
+from benchmarks import fairseq_steps, harness, report, run  # noqa: E402
 
 A = ["--arch", "langshare_transformer_tiny", "--share-all-embeddings"]
 B = ["--arch", "transformer", "--share-all-embeddings", "--encoder-layers", "2", "--decoder-layers", "2",
@@ -129,10 +129,10 @@ def test_every_shipped_comparison_trains_and_decodes(corpus, tmp_path, name, a, 
     bench = harness.Benchmark(settings)
     try:
         for key in harness.CONFIGS:
-            loss = harness.train_step(bench.trainers[key], bench.train_batches[0])
+            loss = fairseq_steps.train_step(bench.trainers[key], bench.train_batches[0])
             assert loss == loss and loss > 0, f"{name}: configuration {key} gave loss {loss}"
             bench.models[key].eval()
-            assert harness.decode_batch(bench.tasks[key], bench.generators[key], bench.models[key], bench.single[0]) > 0
+            assert fairseq_steps.decode_batch(bench.tasks[key], bench.generators[key], bench.models[key], bench.single[0]) > 0
     finally:
         bench.close()
 
@@ -204,8 +204,8 @@ def test_trained_checkpoints_compares_two_checkpoints_and_reads_clsr_gates(corpu
 
 def test_model_args_reach_both_models_under_a_tagged_name(monkeypatch, tmp_path, corpus):
     """`--model-args` (e.g. other dimensions) is appended to A's and B's flags, so it wins over
-    the comparison's own; the result goes to NAME-TAG, never over the reference NAME.json.
-    Without --tag the command refuses."""
+    the comparison's own; the result is stored as run TAG of NAME.json (named NAME-TAG), never over
+    its untagged reference run. Without --tag the command refuses."""
     from benchmarks import run_baseline, run_methods
 
     seen = []
@@ -213,12 +213,13 @@ def test_model_args_reach_both_models_under_a_tagged_name(monkeypatch, tmp_path,
     monkeypatch.setattr(run, "read_corpus", lambda _: (str(corpus["bin"]), list(corpus["langs"]), list(corpus["pairs"])))
     monkeypatch.setattr(report, "markdown", lambda result: "")
     monkeypatch.setattr(run_baseline, "run_comparison",
-                        lambda settings, out_json, markdown: seen.append((settings, out_json)) or {})
+                        lambda settings, out_json, markdown, tag: seen.append((settings, out_json, tag)) or {})
     dims = "--encoder-embed-dim 512 --decoder-embed-dim 512"
     assert run_methods.main(["--only", "clsr-vs-baseline", "--model-args", dims, "--tag", "d512",
                              "--results-dir", str(tmp_path), "--no-append"]) == 0
-    (settings, out_json), = seen
-    assert settings.name == "clsr-vs-baseline-d512" and out_json == str(tmp_path / "clsr-vs-baseline-d512.json")
+    (settings, out_json, tag), = seen
+    assert settings.name == "clsr-vs-baseline-d512" and out_json == str(tmp_path / "clsr-vs-baseline.json")
+    assert tag == "d512"
     for flags in (settings.a, settings.b):
         assert flags[-4:] == dims.split()
     with pytest.raises(SystemExit):
@@ -236,8 +237,8 @@ def test_block_matmuls_prints_each_form_against_the_single_matmul(monkeypatch, c
     assert row.startswith("| 8 x 16 |") and row.count(" us") == 3 and row.count("(") == 2
 
 
-def test_issue18_table_shows_runs_side_by_side_and_meets_a_target_only_in_every_run(monkeypatch, tmp_path, capsys):
-    from benchmarks import issue18_table
+def test_summary_tables_show_runs_side_by_side_and_meet_a_target_only_in_every_run(monkeypatch, tmp_path, capsys):
+    from benchmarks import summary_tables
 
     def write(name, b64, spread=0.0):
         # six repetitions: A at 100 tokens/s, B at b64 * 100 give or take spread
@@ -246,19 +247,19 @@ def test_issue18_table_shows_runs_side_by_side_and_meets_a_target_only_in_every_
                                                    "A": {"values": [100.0] * 6}, "B": {"values": b}}}
         (tmp_path / f"{name}.json").write_text(json.dumps({"metrics": metrics, "machine": {}}))
 
-    monkeypatch.setattr(issue18_table, "RESULTS", str(tmp_path))
+    monkeypatch.setattr(summary_tables, "RESULTS", str(tmp_path))
     write("latent-depth-pruned-vs-static-mixed-r1", 0.93)
     write("latent-depth-pruned-vs-static-mixed-r2", 0.95)
     write("adaptive-sparse-layers-vs-static-mixed-r1", 0.92)
     write("adaptive-sparse-layers-vs-static-mixed-r2", 0.88)
-    assert issue18_table.main(["--tag", "r1", "--tag", "r2"]) == 0
+    assert summary_tables.main(["--tag", "r1", "--tag", "r2"]) == 0
     rows = {line.split(" | ")[0].lstrip("| "): line for line in capsys.readouterr().out.splitlines()}
     latent = next(v for k, v in rows.items() if k.startswith("latent depth"))
     adaptive = next(v for k, v in rows.items() if k.startswith("adaptive layer"))
     assert "| 0.93 / 0.95 |" in latent and latent.endswith("| yes |")
     assert "| **0.92 / 0.88** |" in adaptive and adaptive.endswith("| no |")
     assert next(v for k, v in rows.items() if k.startswith("CLSR")).endswith("| not run |")
-    assert issue18_table.main(["--tag", "r2"]) == 0  # one run: its cell with the CPU-time ratio
+    assert summary_tables.main(["--tag", "r2"]) == 0  # one run: its cell with the CPU-time ratio
     assert "| 0.95 (0.95) |" in capsys.readouterr().out
 
     # pooled: the median of every repetition's B / A with a bootstrap interval; the verdict says
@@ -267,7 +268,7 @@ def test_issue18_table_shows_runs_side_by_side_and_meets_a_target_only_in_every_
     write("latent-depth-pruned-vs-static-mixed-r2", 0.93, spread=0.01)
     write("adaptive-sparse-layers-vs-static-mixed-r1", 0.95, spread=0.08)
     write("adaptive-sparse-layers-vs-static-mixed-r2", 0.85, spread=0.08)
-    assert issue18_table.main(["--pooled", "--tag", "r1", "--tag", "r2"]) == 0
+    assert summary_tables.main(["--pooled", "--tag", "r1", "--tag", "r2"]) == 0
     rows = {line.split(" | ")[0].lstrip("| "): line for line in capsys.readouterr().out.splitlines()}
     latent = next(v for k, v in rows.items() if k.startswith("latent depth"))
     adaptive = next(v for k, v in rows.items() if k.startswith("adaptive layer"))
@@ -275,20 +276,75 @@ def test_issue18_table_shows_runs_side_by_side_and_meets_a_target_only_in_every_
     assert adaptive.endswith("| within noise |") and "**0.90 [" in adaptive
     write("adaptive-sparse-layers-vs-static-mixed-r1", 0.80, spread=0.01)
     write("adaptive-sparse-layers-vs-static-mixed-r2", 0.82, spread=0.01)
-    assert issue18_table.main(["--pooled", "--tag", "r1", "--tag", "r2"]) == 0
+    assert summary_tables.main(["--pooled", "--tag", "r1", "--tag", "r2"]) == 0
     out = capsys.readouterr().out
     assert "| **0.81 [" in out and "| mixed b64 >= 0.90 | no |" in out
     # one row per comparison, pooled over the tagged runs it has
     write("latent-depth-pruned-vs-static-mixed-r3", 0.95, spread=0.01)
-    assert issue18_table.main(["--pooled", "latent-depth-pruned-vs-static-mixed", "adaptive-sparse-layers-vs-static-mixed",
+    assert summary_tables.main(["--pooled", "latent-depth-pruned-vs-static-mixed", "adaptive-sparse-layers-vs-static-mixed",
                                "--tag", "r1", "--tag", "r2", "--tag", "r3"]) == 0
     out = capsys.readouterr().out
     assert "| `latent-depth-pruned-vs-static-mixed` | 3 | - | 0.94 [" in out
     assert "| `adaptive-sparse-layers-vs-static-mixed` | 2 | - | 0.81 [" in out
     # the summary pools each comparison over the tagged runs it has, and says so where it has fewer
-    assert issue18_table.main(["--pooled", "--tag", "r1", "--tag", "r2", "--tag", "r3"]) == 0
+    assert summary_tables.main(["--pooled", "--tag", "r1", "--tag", "r2", "--tag", "r3"]) == 0
     rows = {line.split(" | ")[0].lstrip("| "): line for line in capsys.readouterr().out.splitlines()}
     latent = next(v for k, v in rows.items() if k.startswith("latent depth"))
     adaptive = next(v for k, v in rows.items() if k.startswith("adaptive layer"))
     assert "| 0.94 [0.94, 0.96] |" in latent and latent.endswith("| yes |")
     assert "| **0.81 [0.80, 0.82], 2 runs** |" in adaptive and adaptive.endswith("| no |")
+
+
+def _result(b64, spread=0.0, load=1.0):
+    """A stored result with one metric: six repetitions, A at 100 tokens/s, B at b64 * 100 +- spread."""
+    b = [100 * (b64 + spread * (-1) ** i) for i in range(6)]
+    metric = {"ratio": b64, "cpu_time": {"ratio": b64}, "A": {"values": [100.0] * 6}, "B": {"values": b}}
+    return {"name": "x", "metrics": {"decode_batched_tokens_per_s": metric}, "machine": {"loadavg_before": [load]}}
+
+
+def test_a_comparisons_runs_share_one_file_and_the_tables_read_either_form(monkeypatch, tmp_path, capsys):
+    """``report.store_run``: an untagged run alone is a plain result (as every reader expects); a
+    tagged run joins the comparison's file as a run beside the others, and the same tag again
+    replaces only its own run. The summary tables print the same bytes from one file per
+    comparison as from one file per run (results stored before runs were kept together)."""
+    from benchmarks import summary_tables
+
+    together, apart = tmp_path / "together", tmp_path / "apart"
+    together.mkdir(), apart.mkdir()
+    name = "latent-depth-pruned-vs-static-mixed"
+    path = str(together / f"{name}.json")
+    report.store_run(_result(0.87, load=2.0), path)
+    assert json.loads(open(path).read())["metrics"]["decode_batched_tokens_per_s"]["ratio"] == 0.87  # plain form
+    report.store_run(_result(0.90, 0.01), path, tag="r1")
+    report.store_run(_result(0.50), path, tag="r2")
+    report.store_run(_result(0.94, 0.02), path, tag="r2")  # the same tag again: replaces r2 only
+    stored = json.loads(open(path).read())
+    assert stored["comparison"] == name and [r["tag"] for r in stored["runs"]] == ["", "r1", "r2"]
+    assert [r["metrics"]["decode_batched_tokens_per_s"]["ratio"] for r in stored["runs"]] == [0.87, 0.90, 0.94]
+    assert [r["tag"] for r in report.read_runs(path)] == ["", "r1", "r2"]
+    for run in stored["runs"]:  # the same runs, one file each, as benchmarks/results held them before
+        tagged = f"{name}-{run['tag']}" if run["tag"] else name
+        (apart / f"{tagged}.json").write_text(json.dumps({k: v for k, v in run.items() if k != "tag"}))
+
+    outputs = []
+    for folder in (together, apart):
+        monkeypatch.setattr(summary_tables, "RESULTS", str(folder))
+        for argv in ([], ["--tag", "r1", "--tag", "r2"], ["--pooled", "--tag", "r1", "--tag", "r2"],
+                     ["--pooled", name, "--tag", "r1", "--tag", "r2"], [name, "--tag", "r1"], [name]):
+            assert summary_tables.main(argv) == 0
+            outputs.append(capsys.readouterr().out)
+    assert outputs[:6] == outputs[6:]
+    assert "| **0.87 (0.87)** |" in outputs[0] and "| 0.90 / 0.94 |" in outputs[1]
+    assert f"| `{name}` | 2 | - | " in outputs[3] and outputs[5].rstrip().endswith("| 2.0-2.0 |")
+    assert f"| `{name}` (r1) | " in outputs[4]
+
+
+def test_a_results_file_that_holds_no_result_is_refused_before_measuring(tmp_path):
+    path = tmp_path / "clsr-vs-baseline.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="clsr-vs-baseline.json: .*move it away"):
+        report.store_run(_result(0.9), str(path), tag="r1")
+    assert path.read_text() == "{not json"  # nothing lost
+    settings = harness.Settings(name="x", data="unused", langs=[], lang_pairs=[], a=[], b=[])
+    with pytest.raises(ValueError, match="move it away"):  # before building anything
+        harness.run_comparison(settings, out_json=str(path))

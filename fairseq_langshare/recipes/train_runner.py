@@ -249,7 +249,7 @@ def compare_all(runs_dir: str, eval_set: str, baseline: str, metrics):
 
 
 def execute(run: Run, data_dir, out_dir):
-    from ..cli import main as langshare_main
+    from .. import analysis, command_line
 
     train(run)
     average(run)
@@ -266,8 +266,8 @@ def execute(run: Run, data_dir, out_dir):
         outputs = [os.path.join(out, name) for name in ANALYSIS_OUTPUTS.get(argv[1], ())] if out else []
         if outputs and all(_newer(path, run.checkpoint) for path in outputs):
             continue  # analysed this checkpoint already
-        code = langshare_main(argv)
-        if code == 130:  # Ctrl-C (cli.main said so): the recipe is interrupted, not failed
+        code = command_line.run((analysis,), argv)  # the recipes' analyses are `langshare analyze ...`
+        if code == 130:  # Ctrl-C (command_line.run said so): the recipe is interrupted, not failed
             raise KeyboardInterrupt
         if code:
             raise ValueError(f"{run.method.name}: `{cmd}` failed with exit code {code}")

@@ -1,0 +1,51 @@
+"""Running ``langshare`` subcommands: a parser made of subcommand modules (each has
+``add_subcommand(subparsers)``), and one line, not a traceback, for what a user got wrong.
+
+``cli`` runs every subcommand through it; a recipe (``recipes.train_runner``) runs its analyses
+(``langshare analyze ...``) through it in-process, with the analysis module alone, so that the
+recipes do not import ``cli`` (which imports them).
+"""
+
+import argparse
+import logging
+import sys
+import warnings
+
+from .user_errors import message
+
+# deprecation chatter of fairseq 0.12's dependencies (hydra 1.3, torch 2.13) on every in-process
+# fairseq-generate call; it says nothing a langshare user can act on
+QUIET_WARNINGS = ("version_base", "validated against ConfigStore", "no longer experimental",
+                  "package header", "strict flag", "pin_memory", "torch.cuda.amp", "mismatched key_padding_mask")
+
+
+def build_parser(subcommands) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="langshare",
+        description="fairseq_langshare tools: corpus building, evaluation, analysis, export",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for module in subcommands:
+        module.add_subcommand(subparsers)
+    return parser
+
+
+def run(subcommands, argv=None) -> int:
+    """Parse ``argv`` with the parser of ``subcommands`` and run the chosen one. Returns its exit
+    code: 2 and one line on stderr for bad input, 130 for Ctrl-C."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    for text in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=f"(?s).*{text}")
+    args = build_parser(subcommands).parse_args(argv)
+    try:
+        result = args.func(args)
+    except (ValueError, FileNotFoundError, KeyError) as error:
+        print(f"langshare {args.command}: error: {message(error)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # every output is written whole or not at all (atomic_files)
+        print(f"langshare {args.command}: interrupted (Ctrl-C) before it finished; no file was left half-written",
+              file=sys.stderr)
+        return 130
+    return result if isinstance(result, int) else 0
