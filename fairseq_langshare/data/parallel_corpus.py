@@ -133,7 +133,7 @@ def _write_training(job):
     """Pass 2 of one direction: the filtered training pairs without the carved held-out pairs,
     the pairs sharing a sentence with any held-out set and exact duplicates, into raw/."""
     tmp, direction = job["tmp"], job["direction"]
-    carved = {(cb.fingerprint(a), cb.fingerprint(b)) for a, b in job["carved"]}
+    carved = set(job["carved"])
     cleaner = cb.PairCleaner(direction.split("-"), job["heldout"])
     work = os.path.join(tmp, "work", f"{direction}.tsv")
 
@@ -141,7 +141,7 @@ def _write_training(job):
         for line in tqdm(cb.read_lines(work), desc=f"cleaning {direction}", total=job["n_train"], unit="pair",
                          unit_scale=True, leave=False, disable=not job.get("progress"), mininterval=1.0):
             a, b = line.split("\t")
-            if (cb.fingerprint(a), cb.fingerprint(b)) in carved:
+            if (a, b) in carved:
                 cleaner.removed["held_out"] += 1
             elif cleaner.keep(a, b):
                 yield a, b
