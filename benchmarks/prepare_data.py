@@ -64,7 +64,7 @@ def run_child(argv, env=None):
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stderr = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.returncode = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)  # Python 3.8
     wall = time.time() - start
     if proc.returncode:
         sys.stderr.write(stderr.decode("utf-8", "replace")[-3000:])

@@ -344,7 +344,7 @@ def test_cli_help_names_every_flag_and_ranges_are_checked(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_trained_and_evaluated_on_a_prepared_corpus(tmp_path):
+def test_trained_and_evaluated_on_a_prepared_corpus(tmp_path, caplog):
     """fairseq-train with the README's flags (langs.txt, lang_pairs.txt, validation on) and langshare
     evaluate take the corpus: supervised directions by default, the zero-shot one when asked."""
     from fairseq import options
@@ -367,8 +367,10 @@ def test_trained_and_evaluated_on_a_prepared_corpus(tmp_path):
             "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "1", "--log-format", "json"]
     train.main(options.parse_args_and_arch(options.get_training_parser(), input_args=argv))
     checkpoint = str(tmp_path / "ckpt" / "checkpoint_last.pt")
-    res = evaluate(checkpoint, str(out), beam=2)
+    with caplog.at_level("WARNING", logger="fairseq_langshare.evaluation"):
+        res = evaluate(checkpoint, str(out), beam=2)
     assert list(res["directions"]) == ["en-xx", "en-yy"]
+    assert "zero-shot directions xx-yy; pass --directions" in caplog.text
     for d, row in res["directions"].items():
         assert row["n"] == m["counts"]["test"][d] == 40 and row["supervised"]
         assert row["train_size"] == m["counts"]["train"][d] and len(res["hypotheses"][d]) == 40
