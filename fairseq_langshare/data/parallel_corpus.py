@@ -184,62 +184,23 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
 
     with cb.building(out_dir) as tmp:
         os.makedirs(os.path.join(tmp, "work"))
-        sizes = {d: sum(os.path.getsize(p) for i in by_direction[d].values() for p in i.paths) for d in by_direction}
         jobs = [dict(tmp=tmp, direction=d, inputs=by_direction[d], min_chars=min_chars, max_chars=max_chars,
                      max_ratio=max_ratio, key_side=1 if d.split("-")[1] == pivot else 0,
                      carve=(valid_size if "valid" not in by_direction[d] else 0,
                             test_size if "test" not in by_direction[d] else 0))
                 for d in by_direction]
-        read = {r["direction"]: r for r in cb.map_directions(_read_direction, jobs, workers, "reading",
-                                                             [sizes[d] for d in by_direction], "B")}
-        counts = {s: {} for s in SPLITS}
-        held, how = {}, {}
-        for d in trained:
-            r = read[d]
-            v, t = heldout.carve_sizes(r["n_train"], valid_size if "valid" not in r["given"] else 0,
-                                       test_size if "test" not in r["given"] else 0)
-            carved = {"valid": r["picked"]["valid"][:v], "test": r["picked"]["test"][:t]}
-            for split in ("valid", "test"):
-                rows = r["given"].get(split, carved[split])
-                key = d.split("-")[1] if d.split("-")[1] == pivot else d.split("-")[0]
-                how.setdefault(d, {})[split] = "given" if split in r["given"] else f"held out by a hash of the {key} side"
-                if rows:
-                    held.setdefault(d, {})[split] = rows
-            r["carved"] = [row for split in ("valid", "test") if split not in r["given"] for row in carved[split]]
-        test_only_rows = {d: {s: rows for s, rows in read[d]["given"].items() if rows} for d in test_only}
-        for d in trained:
-            for split, rows in held.get(d, {}).items():
-                counts[split][d] = cb.write_pair_files(tmp, split, d, rows)
-        zs_counts, _ = heldout.add_test_only_directions(tmp, test_only_rows)
-        for d, c in zs_counts.items():
-            for split, n in c.items():
-                counts[split][d] = n
-        for d in test_only:
-            how[d] = {s: "given" for s in read[d]["given"]}
-        fingerprints = {}
-        for d, splits in list(held.items()) + list(test_only_rows.items()):
-            for rows in splits.values():
-                cb.add_heldout(fingerprints, d, rows)
-
-        results = cb.map_directions(
-            _write_training, [dict(tmp=tmp, direction=d, carved=read[d]["carved"], heldout=fingerprints,
-                                   n_train=read[d]["n_train"])
-                              for d in trained],
-            workers, "cleaning", [read[d]["n_train"] for d in trained], "pair")
-        removed = {d: dict(read[d]["removed"]) for d in by_direction}
-        for d, (n, rem) in zip(trained, results):
-            counts["train"][d] = n
-            for k, v in rem.items():
-                removed[d][k] = removed[d].get(k, 0) + v
-            if n == 0:
-                raise InputError(f"direction {d} has no training pair left after cleaning ({removed[d]}) in "
-                                 f"{by_direction[d]['train'].describe()}; check the file or the length flags")
+        sizes = [sum(os.path.getsize(p) for i in by_direction[d].values() for p in i.paths) for d in by_direction]
+        read = {r["direction"]: r for r in cb.map_directions(_read_direction, jobs, workers, "reading", sizes, "B")}
+        counts, how, heldout_sentences = _write_held_out(tmp, trained, test_only, read, pivot, valid_size, test_size)
+        removed = _write_training_data(tmp, trained, read, heldout_sentences, counts, workers)
+        os.rmdir(os.path.join(tmp, "work"))
         for d in trained:
             if not counts["valid"].get(d):
                 tqdm.write(f"warning: {d} has no valid set (fairseq-train needs one per trained direction); "
                            "pass --valid-size > 0 or a valid file")
-        os.rmdir(os.path.join(tmp, "work"))
-
+            if not counts["train"][d]:
+                raise InputError(f"direction {d} has no training pair left after cleaning ({removed[d]}) in "
+                                 f"{by_direction[d]['train'].describe()}; check the file or the length flags")
         langs_of = {lang for d in by_direction for lang in d.split("-")}
         trained_langs = {lang for d in trained for lang in d.split("-")}
         for lang in sorted(langs_of - trained_langs):
@@ -248,8 +209,7 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
         all_langs = ([pivot] if pivot else []) + sorted(langs_of - {pivot})
 
         if spm_model:
-            sp = cb.use_spm_model(tmp, spm_model)
-            got = None
+            sp, got = cb.use_spm_model(tmp, spm_model), None
         else:
             lang_files = {}
             for d in trained:
@@ -258,15 +218,16 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
             text, got = cb.spm_sample(lang_files, temperature=spm_temperature, total=spm_sentences)
             sp = cb.train_spm_model(tmp, text, vocab_size)
             del text
-        stored = trained + [d for d in test_only if d in zs_counts]
+        zero_shot = [d for d in test_only if any(counts[s].get(d) for s in SPLITS)]
+        stored = trained + zero_shot
         present = {d: {s: bool(counts[s].get(d)) for s in SPLITS} for d in stored}
-        lines = {d: sum(counts[s].get(d, 0) for s in SPLITS) for d in stored}
-        cb.encode_and_binarize(tmp, stored, present, workers, lines)
+        cb.encode_and_binarize(tmp, stored, present, workers, {d: sum(counts[s].get(d, 0) for s in SPLITS)
+                                                               for d in stored})
         manifest = {
             "version": 1, "builder": "prepare-data", "pivot": pivot,
             "languages": [lang for lang in all_langs if lang != pivot], "langs": all_langs,
-            "lang_pairs": trained, "zero_shot_pairs": [d for d in test_only if d in zs_counts],
-            "stored_pairs": stored, "counts": counts, "held_out": how,
+            "lang_pairs": trained, "zero_shot_pairs": zero_shot, "stored_pairs": stored, "counts": counts,
+            "held_out": how,
             "train_pairs_per_language": {  # the papers' resource groups: of its larger direction with the pivot
                 x: max(n for d, n in counts["train"].items() if x in d.split("-"))
                 for x in all_langs if pivot and x != pivot and x in trained_langs},
@@ -280,6 +241,52 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
         }
         cb.finish(tmp, manifest, all_langs, trained)
     return manifest
+
+
+def _write_held_out(tmp, trained, test_only, read, pivot, valid_size, test_size):
+    """Write every valid/test set to raw/: given, carved from the picked candidates of pass 1
+    (sizes capped by ``heldout.carve_sizes``; a trained direction's ``carved`` rows recorded for
+    pass 2), and the test-only directions'. Returns (counts {split: {direction: n}}, how each set
+    was made, {lang: fingerprints} of every held-out sentence)."""
+    counts, how, sentences = {s: {} for s in SPLITS}, {}, {}
+    for d in trained:
+        r = read[d]
+        v, t = heldout.carve_sizes(r["n_train"], valid_size if "valid" not in r["given"] else 0,
+                                   test_size if "test" not in r["given"] else 0)
+        carved = {"valid": r["picked"]["valid"][:v], "test": r["picked"]["test"][:t]}
+        src, tgt = d.split("-")
+        key = tgt if tgt == pivot else src
+        r["carved"] = [row for split in ("valid", "test") if split not in r["given"] for row in carved[split]]
+        for split in ("valid", "test"):
+            rows = r["given"].get(split, carved[split])
+            how.setdefault(d, {})[split] = "given" if split in r["given"] else f"held out by a hash of the {key} side"
+            if rows:
+                counts[split][d] = cb.write_pair_files(tmp, split, d, rows)
+                cb.add_heldout(sentences, d, rows)
+    test_only_rows = {d: {s: rows for s, rows in read[d]["given"].items() if rows} for d in test_only}
+    for d, splits in test_only_rows.items():
+        how[d] = {s: "given" for s in read[d]["given"]}
+        for rows in splits.values():
+            cb.add_heldout(sentences, d, rows)
+    for d, c in heldout.add_test_only_directions(tmp, test_only_rows)[0].items():
+        for split, n in c.items():
+            counts[split][d] = n
+    return counts, how, sentences
+
+
+def _write_training_data(tmp, trained, read, heldout_sentences, counts, workers):
+    """Pass 2 of every trained direction (``counts["train"]`` filled in); returns the removals per
+    direction (pass 1's filters and pass 2's)."""
+    results = cb.map_directions(
+        _write_training, [dict(tmp=tmp, direction=d, carved=read[d]["carved"], heldout=heldout_sentences,
+                               n_train=read[d]["n_train"]) for d in trained],
+        workers, "cleaning", [read[d]["n_train"] for d in trained], "pair")
+    removed = {d: dict(r["removed"]) for d, r in read.items()}
+    for d, (n, rem) in zip(trained, results):
+        counts["train"][d] = n
+        for k, v in rem.items():
+            removed[d][k] = removed[d].get(k, 0) + v
+    return removed
 
 
 # ----------------------------------------------------------------------------- CLI
