@@ -284,6 +284,8 @@ BAD_INPUTS = {
     "unknown split (plain text)": ({"dev.en-xx.en": b"a\n", "dev.en-xx.xx": b"b\n"}, ["in"], ["unknown split 'dev'"]),
     "side without partner": ({"train.en-xx.en": b"a\n"}, ["in"], ["no partner train.en-xx.xx"]),
     "name in no form": ({"corpus.txt": GOOD}, ["in/corpus.txt"], ["cannot tell the direction"]),
+    "TSV in a directory named in no form": ({"en-xx.tsv": GOOD, "more.data.tsv": GOOD}, ["in"],
+                                            ["more.data.tsv: cannot tell the direction"]),
     "only test data": ({"test.en-xx.tsv": GOOD}, ["in"], ["no training data"]),
 }
 

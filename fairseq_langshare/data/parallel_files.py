@@ -8,7 +8,8 @@ Forms (``.gz``/``.xz`` compressed or plain, UTF-8):
 - ``SPLIT.SRC-TGT.SRC`` with ``SPLIT.SRC-TGT.TGT``: fairseq's plain-text layout, one sentence a
   line, the two files line-aligned;
 - a directory: every file in it named in one of these forms (others, e.g. ``dict.txt`` or
-  binarized ``*.bin``/``*.idx``, are left alone; sub-directories are not read).
+  binarized ``*.bin``/``*.idx``, are left alone, except a ``.tsv`` file named otherwise, which
+  is refused; sub-directories are not read).
 
 Bad input is one line naming the file and the fix (:class:`InputError`).
 """
@@ -82,7 +83,8 @@ def _check_split(path, split):
 
 def _parse(path, strict):
     """('tsv', split, src, tgt, held_out_here) or ('side', split, src, tgt, lang) for a file name;
-    None for a name in no known form (an error if ``strict``: the user named the file)."""
+    None for a name in no known form (an error if ``strict``, i.e. the user named the file, or if
+    it is a .tsv file)."""
     name = _strip_compression(os.path.basename(path))
     if name.endswith(".tsv"):
         parts = name[: -len(".tsv")].split(".")
@@ -92,6 +94,7 @@ def _parse(path, strict):
             _check_split(path, split)
             _check_direction(path, *m.groups())
             return ("tsv", split, m.group(1), m.group(2), len(parts) == 1)
+        strict = True  # a .tsv file is meant as data, in a directory too
     else:
         m = _SIDE.match(name)
         if m and m.group(4) in (m.group(2), m.group(3)):
