@@ -305,6 +305,14 @@ def test_bad_input_is_one_line_and_leaves_no_output(case, tmp_path, capsys):
     assert os.listdir(tmp_path) == ["in"]  # neither the corpus nor its temporary directory
 
 
+def test_out_under_a_file_refused(tmp_path, capsys):
+    _write(str(tmp_path / "in" / "en-xx.tsv"), GOOD)
+    _write(str(tmp_path / "afile"), b"x")
+    code = cli.main(["prepare-data", "--out", str(tmp_path / "afile" / "corpus"), str(tmp_path / "in")])
+    assert code == 2 and "is a file, not a directory" in one_error_line(capsys.readouterr().err.strip())
+    assert sorted(os.listdir(tmp_path)) == ["afile", "in"]
+
+
 @pytest.mark.parametrize("out", ["in", "in/corpus", "in/en-xx.tsv"])
 def test_out_equal_to_or_inside_an_input_refused(out, tmp_path, capsys):
     _write(str(tmp_path / "in" / "en-xx.tsv"), GOOD)

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import unicodedata
 from multiprocessing import Pool
 
@@ -209,12 +210,27 @@ def read_manifest(out_dir):
     return None
 
 
+def _check_parent_writable(out_dir):
+    """Refuse now an --out whose directory cannot hold the build (it is built beside it)."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"--out {out_dir}: {parent} is a file, not a directory; choose another --out")
+    try:
+        tempfile.TemporaryFile(dir=parent).close()
+    except OSError as e:
+        raise ValueError(f"cannot write --out {out_dir}: no file can be created in {parent} ({e.strerror}); "
+                         "choose another --out or fix its permissions") from None
+
+
 def existing_build(out_dir, cfg, force, inputs=None):
     """The manifest of a finished build of ``out_dir`` with config ``cfg`` (and, where given, the
     same ``inputs`` {name: sha256}): a re-run, nothing to do. None if ``out_dir`` can be
     (re)built: it is absent or empty, or ``force`` and it is a corpus this package wrote holding
     nothing else. Raises (one line) otherwise: a directory the package did not write is never
     replaced, whatever ``force`` says."""
+    _check_parent_writable(out_dir)
     if not os.path.exists(out_dir):
         return None
     if not os.path.isdir(out_dir):
