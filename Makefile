@@ -14,7 +14,7 @@ $(STAMP): setup.py requirements.txt constraints.txt
 	$(PY) -m pip install --quiet --upgrade pip wheel
 	# torch first, pinned: the CPU wheel is on local disk; an unpinned torch pulls a CUDA build
 	$(PY) -m pip install --quiet -c constraints.txt torch
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,deploy]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,deploy,langid,transformers]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -31,6 +31,11 @@ setup(
     extras_require={
         "test": ["pytest", "pytest-xdist", "tensorboard"],  # tensorboard: the tests read the event files it writes
         "deploy": ["ctranslate2>=4"],
+        # the off-target rate's language identifier, its model inside the wheel (docs/evaluation.md)
+        "langid": ['py3langid>=0.4,<0.5; python_version >= "3.10"'],
+        # langshare export --format transformers: MarianMTModel / M2M100 and a tokenizers tokenizer.json
+        # (transformers 5 removed the translation pipeline; generate works in both)
+        "transformers": ["transformers>=4.40,<6", "tokenizers>=0.19", "safetensors"],
     },
     entry_points={"console_scripts": ["langshare = fairseq_langshare.cli:main"]},
 )

@@ -4,15 +4,22 @@ Importing the package (or ``--user-dir fairseq_langshare``) registers the task
 ``multilingual_langshare``, the models and ``langshare_label_smoothed_cross_entropy``, and
 allow-lists the classes fairseq checkpoints hold so they load with ``weights_only=True``; in
 fairseq's console scripts the plugin's errors are then printed as one line (``user_errors``); a gloo
-process group is destroyed before the interpreter exits (``distributed_exit``).
+process group is destroyed before the interpreter exits (``distributed_exit``); ``torchrun`` and ``srun``
+ranks find their place in the job (``distributed_launch``), and fairseq's data-parallel wrappers cope with
+parameters a step leaves unused, on GPUs and CPUs (``data_parallel``).
 """
 
-from . import checkpoint_safety, distributed_exit, user_errors
+from .interrupts import interrupted_while_starting
 
-checkpoint_safety.install()
-user_errors.install()
-distributed_exit.install()
+with interrupted_while_starting():  # the `langshare` command: a Ctrl-C while torch and fairseq load is one line
+    from . import checkpoint_safety, data_parallel, distributed_exit, distributed_launch, user_errors
 
-from . import criterions, models, tasks  # noqa: E402,F401
+    checkpoint_safety.install()
+    user_errors.install()
+    distributed_exit.install()
+    distributed_launch.install()
+    data_parallel.install()
+
+    from . import criterions, models, tasks  # noqa: E402,F401
 
 __version__ = "0.1.0"

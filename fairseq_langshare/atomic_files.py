@@ -4,19 +4,20 @@ file the package writes for a user (evaluation tables, analysis JSON and figures
 checkpoints) goes through here, so an interrupted run never leaves a half-written file that
 looks finished.
 
-``check_writable`` refuses, before a command does its work, an output path it could not write or
-that would replace one of its inputs; ``write_files_atomic`` writes the files of one result (a JSON
-and its markdown table) so that they are replaced together or not at all."""
+``check_writable`` refuses, before a command does its work, an output path it could not write, that would
+replace one of its inputs, or a file of a corpus or run directory the command did not write itself;
+``check_directory_writable`` does it for an output directory; ``write_files_atomic`` writes the files of one
+result (a JSON and its markdown table) so that they are replaced together or not at all."""
 
 import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Union
+from typing import Callable, Dict, Iterable, Mapping, Optional, Union
 
-__all__ = ["OutputPathError", "check_writable", "json_text", "write_atomic", "write_files_atomic", "write_text_atomic",
-           "write_json_atomic", "save_figure_atomic"]
+__all__ = ["OutputPathError", "check_writable", "check_directory_writable", "json_text", "write_atomic",
+           "write_files_atomic", "write_text_atomic", "write_json_atomic", "save_figure_atomic"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -30,10 +31,14 @@ class OutputPathError(ValueError):
     """An output path that cannot be written; the message is one line naming it and the fix."""
 
 
-def check_writable(path: PathLike, flag: str = "--out", inputs: Iterable[PathLike] = ()) -> Path:
+def check_writable(path: PathLike, flag: str = "--out", inputs: Iterable[PathLike] = (),
+                   protected: Mapping[str, Optional[PathLike]] = None, own: Callable[[Path], bool] = None,
+                   command: str = "this command") -> Path:
     """Refuse ``path`` (the value of option ``flag``) now, before any work, if it is a directory, one of
-    ``inputs``, under a file, or in a directory where no file can be created (probed, so that a read-only
-    file system or a root-owned directory counts too). Creates nothing."""
+    ``inputs``, an existing file under one of the ``protected`` directories ({"corpus": dir, "run": dir}) that
+    ``own(path)`` does not recognise as an earlier output of ``command``, under a file, or in a directory where
+    no file can be created (probed, so that a read-only file system or a root-owned directory counts too).
+    Creates nothing."""
     path = Path(path)
     if path.is_dir():
         raise OutputPathError(f"{flag} {path} is a directory; pass a file name")
@@ -44,17 +49,41 @@ def check_writable(path: PathLike, flag: str = "--out", inputs: Iterable[PathLik
                 path.exists() and Path(given).exists() and os.path.samefile(path, given)):
             raise OutputPathError(f"{flag} {path} would overwrite an input or another output of this command; "
                                   "write to another path")
+    if path.is_file():
+        for name, directory in (protected or {}).items():
+            if directory is not None and _inside(path, directory) and not (own is not None and own(path)):
+                raise OutputPathError(f"{flag} {path} would replace a file of the {name} {directory} that "
+                                      f"{command} did not write; write to another path")
+    _check_creatable(path, flag)
+    return path
+
+
+def check_directory_writable(path: PathLike, flag: str = "--out", why: str = "it gets several files") -> Path:
+    """Refuse an output directory ``path`` that is a file or cannot be made or written, before any work."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{flag} {path} is a file; pass a directory ({why})")
+    _check_creatable(path / "probe", flag, shown=path)
+    return path
+
+
+def _inside(path: Path, directory: PathLike) -> bool:
+    real, top = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([real, top]) == top
+
+
+def _check_creatable(path: Path, flag: str, shown: Path = None) -> None:
+    shown = path if shown is None else shown
     parent = path.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
-        raise OutputPathError(f"cannot write {flag} {path}: {parent} is a file, not a directory; choose another path")
+        raise OutputPathError(f"cannot write {flag} {shown}: {parent} is a file, not a directory; choose another path")
     try:
         tempfile.TemporaryFile(dir=parent).close()
     except OSError as error:
-        raise OutputPathError(f"cannot write {flag} {path}: no file can be created in {parent} ({error.strerror}); "
+        raise OutputPathError(f"cannot write {flag} {shown}: no file can be created in {parent} ({error.strerror}); "
                               "choose another path or fix its permissions") from None
-    return path
 
 
 def _tmp_name(path: Path) -> Path:

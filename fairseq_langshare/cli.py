@@ -2,22 +2,28 @@
 
 Subcommands parse their flags and call one library function each:
 ``prepare-gettext`` (the offline default corpus), ``prepare-corpus`` (the papers' corpora),
-``evaluate`` (BLEU/chrF tables), ``compare`` (runs side by side, over seeds, with significance),
+``evaluate`` (BLEU/chrF/off-target tables), ``off-target`` (the language identifier on a corpus's
+references), ``compare`` (runs side by side, over seeds, with significance),
 ``recipe`` (the papers' training and evaluation runs), ``head-to-head`` (every method at equal
 inference cost, several seeds, significance), ``analyze <method>`` (statistics, the papers'
 plots, derived architectures), ``export`` (one language pair's sub-network as a plain fairseq
-checkpoint or a CTranslate2 model) and ``translate`` (raw text through an exported CTranslate2 model).
+checkpoint, a CTranslate2 model or a transformers model) and ``translate`` (raw text through an
+exported CTranslate2 model).
 """
 
 import sys
 
-from . import analysis, comparison, evaluation, export
-from . import command_line
-from .data import gettext_corpus, parallel_corpus
-from .deploy import translate
-from .recipes import corpora, experiments, head_to_head
+from .interrupts import interrupted_while_starting
 
-SUBCOMMANDS = (gettext_corpus, parallel_corpus, corpora, evaluation, comparison, experiments, head_to_head, analysis, export, translate)
+with interrupted_while_starting():  # the first seconds of every `langshare` run: torch and fairseq load
+    from . import analysis, comparison, evaluation, off_target
+    from . import command_line
+    from .data import gettext_corpus, parallel_corpus
+    from .deploy import export_command, translate
+    from .recipes import corpora, experiments, head_to_head
+
+SUBCOMMANDS = (gettext_corpus, parallel_corpus, corpora, evaluation, off_target, comparison, experiments, head_to_head,
+               analysis, export_command, translate)
 
 
 def build_parser():

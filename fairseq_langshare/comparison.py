@@ -7,7 +7,11 @@ several seeds, paired by position with the baseline's seeds. Per direction and p
 seeds; a direction counts as a win only when the system's seed mean is above the baseline's. With a
 baseline whose results hold hypotheses (``evaluate`` of this version stores them), every system is
 tested against it with sacrebleu's paired bootstrap (``significance.compare_to_baseline``), per
-direction and over all directions pooled, on each seed pair and on the seed-concatenated systems.
+direction and over all directions pooled (and, where zero-shot directions are compared beside
+trained ones, over each kind pooled on its own), on each seed pair and on the seed-concatenated
+systems, and every comparison gets its verdict (``significance.verdict``: better / level / worse). Where
+the results hold the off-target rate, a table of its seed mean and std per direction and group
+follows (``off_target.add_to_comparison``).
 """
 
 import argparse
@@ -18,10 +22,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .atomic_files import check_writable, write_json_atomic, write_text_atomic
 from .evaluation import GROUP_ORDER, EvaluationError, _averages, _csv, _fmt, _read_json, read_references
-from . import significance
+from . import off_target, significance
+from .option_ranges import Range
+from .result_kinds import EVALUATE_JSON, json_kind
 
 LABELS = significance.METRIC_LABELS
-ALPHA = 0.05  # the level the tables mark
+ALPHA = significance.ALPHA  # the level the tables mark
 
 
 def group_systems(runs: Sequence[Tuple[str, dict]]) -> "OrderedDict[str, List[dict]]":
@@ -38,8 +44,9 @@ def _seed_values(seeds, direction, metric):
     return [res["directions"].get(direction, {}).get(metric) for res in seeds]
 
 
-def _group_summaries(seeds, metrics):
-    per_seed = [res.get("averages") or _averages(res["directions"]) for res in seeds]
+def _group_summaries(seeds, metrics, directions):
+    """Group averages of each seed over ``directions`` (those every run has), then mean/std over seeds."""
+    per_seed = [_averages({d: res["directions"][d] for d in directions}) for res in seeds]
     groups = [g for g in list(GROUP_ORDER) + ["all"] if g in per_seed[0]]
     return {g: {"n_directions": per_seed[0][g].get("n_directions"),
                 **{m: significance.seed_summary([avg.get(g, {}).get(m) for avg in per_seed]) for m in metrics}}
@@ -71,8 +78,19 @@ def check_same_bleu_signatures(runs, directions):
                                   f"evaluate both again with the same --bleu-tokenize")
 
 
-def _significance(base_seeds, seeds, directions, n_samples):
-    """compare_to_baseline on the directions both systems have hypotheses for, or a note why not."""
+def direction_kinds(directions: Dict[str, Dict]) -> Dict[str, List[str]]:
+    """{"supervised": [...], "zero-shot": [...]} of a comparison's directions (by evaluate's group)
+    where it has both kinds, which are then also tested each pooled on its own; {} otherwise."""
+    zero = [d for d, info in directions.items() if info.get("group") == "zero-shot"]
+    if not zero or len(zero) == len(directions):
+        return {}
+    return {"supervised": [d for d in directions if d not in zero], "zero-shot": zero}
+
+
+def _significance(base_seeds, seeds, directions, n_samples, references=None, statistics=None, subsets=None):
+    """compare_to_baseline on the directions both systems have hypotheses for, or a note why not.
+    ``references``: {direction: {"sha256", "lines"}} to test against instead of the files the
+    results name (e.g. a head-to-head record's)."""
     have = [d for d in directions if all(d in (r.get("hypotheses") or {}) for r in base_seeds + seeds)]
     if not have:
         return {"note": "not computed: the results hold no hypotheses (evaluate again with this version of "
@@ -83,17 +101,28 @@ def _significance(base_seeds, seeds, directions, n_samples):
         if len(digests) != 1:
             raise EvaluationError(f"direction {d}: the runs were scored against different reference files; "
                                   f"compare runs evaluated on the same corpus")
-        refs[d] = read_references(seeds[0], d)
+        if references is None:
+            refs[d] = read_references(seeds[0], d)
+        elif (references.get(d) or {}).get("sha256") != digests.pop():
+            raise EvaluationError(f"direction {d}: the runs were scored against other references than those given; "
+                                  f"pass the references they were evaluated on")
+        else:
+            refs[d] = references[d]["lines"]
     tokenize = {d: significance.bleu_tokenization(seeds[0]["directions"][d].get("bleu_signature")) for d in have}
     return significance.compare_to_baseline([r["hypotheses"] for r in base_seeds], [r["hypotheses"] for r in seeds],
-                                            refs, tokenize, n_samples=n_samples)
+                                            refs, tokenize, n_samples=n_samples, statistics=statistics,
+                                            subsets=subsets)
 
 
 def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, metrics=("bleu", "chrf"),
-            test: bool = True, n_samples: int = significance.DEFAULT_SAMPLES) -> Dict:
+            test: bool = True, n_samples: int = significance.DEFAULT_SAMPLES,
+            references: Optional[Dict[str, Dict]] = None) -> Dict:
     """The comparison as a JSON-able dict: per system the seed mean/std per direction and group,
-    the win ratio (seed means) and, with ``test``, the paired bootstrap against ``baseline``.
-    Directions are those of the first run."""
+    the win ratio (seed means) and, with ``test``, the paired bootstrap against ``baseline`` with
+    each seed's delta and the verdict. Directions are those of any run; the group averages are over the
+    directions every run has (``common_directions``; ``missing``: the others, with the runs that lack them).
+    ``references``: {direction: {"sha256", "lines"}}, the references to test against (default: the files the
+    results name, checked by sha256)."""
     if not runs:
         raise EvaluationError("nothing to compare: give at least one results JSON")
     if n_samples < 1:  # sacrebleu would silently use its default
@@ -106,30 +135,50 @@ def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, me
         if baseline is not None and len(seeds) != len(systems[baseline]):
             raise EvaluationError(f"{name} has {len(seeds)} seeds but the baseline {baseline} has "
                                   f"{len(systems[baseline])}: pass the same seeds for every system")
-    first = runs[0][1]["directions"]
-    directions = list(first)
+    directions, common, missing = direction_sets(runs)
     check_same_bleu_signatures(runs, directions)
+    row = {d: next(res["directions"][d] for _, res in runs if d in res["directions"]) for d in directions}
     out = {"baseline": baseline, "metrics": list(metrics),
-           "directions": {d: {k: first[d].get(k) for k in ("train_size", "group", "n")} for d in directions},
-           "systems": OrderedDict()}
+           "directions": {d: {k: row[d].get(k) for k in ("train_size", "group", "n")} for d in directions},
+           "common_directions": common, "missing": missing, "systems": OrderedDict()}
     for name, seeds in systems.items():
         out["systems"][name] = {
             "seeds": len(seeds),
             "directions": {d: {m: significance.seed_summary(_seed_values(seeds, d, m)) for m in metrics}
                            for d in directions},
-            "averages": _group_summaries(seeds, metrics),
+            "averages": _group_summaries(seeds, metrics, common),
         }
+    off_target.add_to_comparison(out, systems)
     if baseline is None:
         return out
     base = out["systems"][baseline]
     tested = [m for m in metrics if m in significance.TESTED_METRICS]
+    statistics = significance.SentenceStatistics()  # the baseline's sentences are in every test
     for name, entry in out["systems"].items():
         if name == baseline:
             continue
         entry["win_ratio"] = {m: _win(entry["directions"], base["directions"], directions, m) for m in metrics}
         if test and tested:
-            entry["significance"] = _significance(systems[baseline], systems[name], directions, n_samples)
+            entry["significance"] = _significance(systems[baseline], systems[name], directions, n_samples,
+                                                  references, statistics, direction_kinds(out["directions"]))
     return out
+
+
+def direction_sets(runs):
+    """(every direction in first-appearance order, those every run has, {direction: [runs lacking it]});
+    refuses runs that share none (their averages would compare different test sets)."""
+    directions = list(dict.fromkeys(d for _, res in runs for d in res["directions"]))
+    missing = OrderedDict()
+    for d in directions:
+        lacking = list(dict.fromkeys(name for name, res in runs if d not in res["directions"]))
+        if lacking:
+            missing[d] = lacking
+    common = [d for d in directions if d not in missing]
+    if not common:
+        sets = "; ".join(f"{name}: {','.join(res['directions'])}" for name, res in runs)
+        raise EvaluationError(f"the runs share no direction ({sets}): compare runs evaluated on the same directions "
+                              "(evaluate --directions)")
+    return directions, common, dict(missing)
 
 
 # ----------------------------------------------------------------------------- markdown
@@ -139,20 +188,34 @@ def _cell(summary):
     return _fmt(summary["mean"]) + (f" ± {summary['std']:.2f}" if summary["std"] is not None else "")
 
 
-def _test(entry, direction, metric):
-    """The seed-concatenated test of ``entry`` for a direction (None: pooled), if computed."""
+def _row(entry, direction, metric, kind=None):
+    """The tests of ``entry`` for a direction (None: pooled; with ``kind``, the directions of that
+    kind pooled, ``direction_kinds``) and metric, if computed."""
     sig = entry.get("significance") or {}
-    row = sig.get("pooled") if direction is None else (sig.get("directions") or {}).get(direction)
-    return (row or {}).get(metric, {}).get("seeds_concatenated")
+    if kind is not None:
+        row = (sig.get("pooled_subsets") or {}).get(kind)
+    else:
+        row = sig.get("pooled") if direction is None else (sig.get("directions") or {}).get(direction)
+    return (row or {}).get(metric)
 
 
-def _marked(cell, test):
-    return cell + (" †" if test is not None and test["p_value"] is not None and test["p_value"] < ALPHA else "")
+def _test(entry, direction, metric, kind=None):
+    """The seed-concatenated test of ``entry`` for a direction (None: pooled), if computed."""
+    return (_row(entry, direction, metric, kind) or {}).get("seeds_concatenated")
+
+
+def _verdict(entry, direction, metric, kind=None):
+    """The verdict of ``entry`` for a direction (None: pooled), if tested."""
+    return (_row(entry, direction, metric, kind) or {}).get("verdict")
+
+
+def _marked(cell, verdict):
+    return cell + (" †" if verdict in ("better", "worse") else "")
 
 
 def comparison_markdown(cmp: Dict) -> str:
-    """One table per metric (mean ± std over seeds, † where the paired bootstrap against the
-    baseline gives p < 0.05), the win ratio, and a table of deltas, p-values and 95% CIs."""
+    """One table per metric (mean ± std over seeds, † where the verdict against the baseline is
+    better or worse), the win ratio, and a table of verdicts, deltas, p-values and 95% CIs."""
     names, baseline = list(cmp["systems"]), cmp["baseline"]
     seeds = {n: e["seeds"] for n, e in cmp["systems"].items()}
     lines = []
@@ -170,12 +233,15 @@ def comparison_markdown(cmp: Dict) -> str:
             note = ""
         if baseline is not None and any(_test(e, None, metric) for e in cmp["systems"].values()):
             note += f"; † p < {ALPHA} against {baseline} (paired bootstrap" + (
-                ", seeds concatenated)" if max(seeds.values()) > 1 else ")")
+                ", seeds concatenated) and every seed's delta of the same sign: better or worse"
+                if max(seeds.values()) > 1 else "): better or worse")
         lines += [f"{label}{note}:", "", "| direction | train pairs | group | sentences | " + " | ".join(names) + " |",
                   "|---|---:|---|---:|" + "---:|" * len(names)]
+        missing = cmp.get("missing") or {}
         for d, info in cmp["directions"].items():
-            cells = [_marked(_cell(e["directions"][d][metric]), _test(e, d, metric)) for e in cmp["systems"].values()]
-            lines.append(f"| {d} | {_fmt(info['train_size'])} | {info.get('group') or '-'} | {_fmt(info['n'])} | "
+            cells = [_marked(_cell(e["directions"][d][metric]), _verdict(e, d, metric)) for e in cmp["systems"].values()]
+            name = d + ("*" if d in missing else "")
+            lines.append(f"| {name} | {_fmt(info['train_size'])} | {info.get('group') or '-'} | {_fmt(info['n'])} | "
                          + " | ".join(cells) + " |")
         first = next(iter(cmp["systems"].values()))
         for group in first["averages"]:
@@ -191,8 +257,19 @@ def comparison_markdown(cmp: Dict) -> str:
             if any(pooled):
                 lines.append("| p, all directions pooled |  |  |  | "
                              + " | ".join("-" if t is None else significance.format_p(t["p_value"]) for t in pooled) + " |")
+                lines.append("| verdict, all directions pooled |  |  |  | "
+                             + " | ".join(_verdict(e, None, metric) or "-" for e in cmp["systems"].values()) + " |")
+                for kind in direction_kinds(cmp["directions"]):
+                    lines.append(f"| verdict, {kind} directions pooled |  |  |  | " + " | ".join(
+                        _verdict(e, None, metric, kind) or "-" for e in cmp["systems"].values()) + " |")
+        if missing:
+            n = len(cmp["common_directions"])
+            lines.append("\n* not in every run (" + "; ".join(f"{d}: not in {', '.join(r)}" for d, r in missing.items())
+                         + f"): left out of the averages, which are over the {n} direction{'s' * (n != 1)} every run "
+                         "has")
         lines.append("")
         lines += _significance_table(cmp, metric)
+    lines += off_target.comparison_table(cmp, _cell)
     notes = {e["significance"]["note"] for e in cmp["systems"].values() if "note" in (e.get("significance") or {})}
     lines += [f"Significance: {n}" for n in sorted(notes)]
     return "\n".join(lines).rstrip() + "\n"
@@ -205,23 +282,30 @@ def _significance_table(cmp, metric):
     sig = tested[0][1]["significance"]
     label = LABELS.get(metric, metric)
     several = sig["seeds"] > 1
-    lines = [f"{label} against {cmp['baseline']}: delta of the score{' on the seed-concatenated test set' if several else ''}"
-             f", its p-value, the system's 95% CI (bootstrap mean ± half-width)"
-             f"{' and the p-value of each seed' if several else ''} ({sig['n_samples']} paired bootstrap resamples, "
-             "sacrebleu):", "",
+    if several:
+        what = (f"the verdict (better / worse: p < {ALPHA} and every seed's delta of the same sign; level otherwise), "
+                "the delta of the score on the seed-concatenated test set [each seed's delta], its p-value [each "
+                "seed's]")
+    else:
+        what = f"the verdict (better / worse: p < {ALPHA}; level otherwise), the delta of the score, its p-value"
+    lines = [f"{label} against {cmp['baseline']}: {what}, the system's 95% CI (bootstrap mean ± half-width) "
+             f"({sig['n_samples']} paired bootstrap resamples, sacrebleu):", "",
              "| direction | " + " | ".join(n for n, _ in tested) + " |", "|---|" + "---:|" * len(tested)]
-    for d in list(cmp["directions"]) + [None]:
+    kinds = [(None, kind) for kind in direction_kinds(cmp["directions"])]
+    for d, kind in [(d, None) for d in list(cmp["directions"]) + [None]] + kinds:
         cells = []
         for _, e in tested:
-            t = _test(e, d, metric)
+            t = _test(e, d, metric, kind)
             if t is None:
                 cells.append("-")
                 continue
-            row = e["significance"]["pooled"] if d is None else e["significance"]["directions"][d]
-            per_seed = row[metric]["per_seed"]
-            seeds = " [" + ", ".join(significance.format_p(s["p_value"]) for s in per_seed) + "]" if len(per_seed) > 1 else ""
-            cells.append(f"{t['delta']:+.2f}, p {significance.format_p(t['p_value'])}, {t['system_mean']:.2f} ± {t['system_ci']:.2f}{seeds}")
-        lines.append(f"| {d or 'all (pooled)'} | " + " | ".join(cells) + " |")
+            per_seed = _row(e, d, metric, kind)["per_seed"]
+            several = len(per_seed) > 1
+            deltas = " [" + ", ".join(f"{s['delta']:+.2f}" for s in per_seed) + "]" if several else ""
+            ps = " [" + ", ".join(significance.format_p(s["p_value"]) for s in per_seed) + "]" if several else ""
+            cells.append(f"**{_verdict(e, d, metric, kind)}** {t['delta']:+.2f}{deltas}, p "
+                         f"{significance.format_p(t['p_value'])}{ps}, {t['system_mean']:.2f} ± {t['system_ci']:.2f}")
+        lines.append(f"| {d or (kind or 'all') + ' (pooled)'} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -249,8 +333,11 @@ def read_runs(items: Sequence[str]) -> List[Tuple[str, dict]]:
         if not os.path.isfile(path):
             raise EvaluationError(f"results JSON not found: {path} (write one with `langshare evaluate --out-json`)")
         results = _read_json(path, "results JSON")
-        rows = results.get("directions") if isinstance(results, dict) else None
-        if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
+        kind = json_kind(results)
+        if kind is not None and kind != EVALUATE_JSON:
+            raise EvaluationError(f"{path} is {kind}, not `langshare evaluate` results: pass files written by "
+                                  "langshare evaluate --out-json")
+        if kind is None:
             raise EvaluationError(f"{path} is not a `langshare evaluate` results file (no 'directions' table of "
                                   "per-direction scores): pass files written by langshare evaluate --out-json")
         runs.append((name, results))
@@ -291,7 +378,8 @@ def add_subcommand(subparsers):
     c.add_argument("--baseline", default=None, help="NAME of the system the win ratios and tests are against")
     c.add_argument("--metrics", default="bleu,chrf", help="comma-separated metrics: bleu, chrf, spbleu")
     c.add_argument("--no-significance", action="store_true", help="skip the paired bootstrap tests")
-    c.add_argument("--bootstrap-samples", type=int, default=significance.DEFAULT_SAMPLES,
+    c.add_argument("--bootstrap-samples", type=Range(1, why="resamples per test").of(int),
+                   default=significance.DEFAULT_SAMPLES,
                    help="paired bootstrap resamples per test (at least 1)")
     c.add_argument("--out-json", default=None, help="write the comparison (means, stds, tests) as JSON here")
     c.add_argument("--out-md", default=None, help="write the markdown tables here")

@@ -7,7 +7,10 @@ sacrebleu against the detokenized references in ``CORPUS/raw``:
 * BLEU and chrF, with their sacrebleu signatures;
 * spBLEU (sacrebleu's ``flores200`` or ``flores101`` SentencePiece tokenization) only when that
   tokenizer model is already on disk (``$SACREBLEU/models`` or ``~/.sacrebleu/models``); it is
-  never downloaded, and the results say why it is missing.
+  never downloaded, and the results say why it is missing;
+* the off-target rate: the share of hypotheses that a language identifier shipped with its model
+  (py3langid, the ``langid`` extra) puts in another language than the target, for the target
+  languages it tells apart on the corpus's references (``off_target``).
 
 Directions are grouped by the training size of their non-English language, as in the papers:
 **high** when it has >= 10000 training pairs, **low** when < 2000, **medium** in between
@@ -28,8 +31,10 @@ import shlex
 import sys
 import tempfile
 from .atomic_files import check_writable, json_text, write_files_atomic
+from . import off_target
 from .data.binarized import BinarizedDataError, sentence_count
 from .interrupts import interrupts_kept
+from .option_ranges import Range
 
 logger = logging.getLogger(__name__)
 
@@ -231,6 +236,7 @@ def to_markdown(results):
     rows = results.get("directions", {})
     with_sp = any(r.get("spbleu") is not None for r in rows.values())
     metrics = [("BLEU", "bleu"), ("chrF", "chrf")] + ([("spBLEU", "spbleu")] if with_sp else [])
+    metrics += [("off-target %", "off_target")] if (results.get("off_target") or {}).get("identifier") else []
     head = " | ".join(label for label, _ in metrics)
     align = "|".join("---:" for _ in metrics)
     lines = []
@@ -266,6 +272,8 @@ def to_markdown(results):
             lines.append(f"{label} signature: `{sig}`  ")
     if results.get("spbleu_note"):
         lines.append(results["spbleu_note"])
+    if off_target.note(results.get("off_target")):
+        lines.append(off_target.note(results.get("off_target")))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -330,6 +338,12 @@ class _Corpus:
 
     def check_references(self, split, src, tgt):
         """Before decoding: the binarized src-tgt data is complete and holds one sentence per raw reference."""
+        from .tasks.multilingual_langshare import check_binarized
+
+        try:
+            check_binarized(split, self.bin, src, tgt)  # what fairseq-generate's task checks, before decoding
+        except (BinarizedDataError, FileNotFoundError) as e:
+            raise EvaluationError(str(e)) from None
         refs = self.reference_path(split, src, tgt)
         with open(refs, encoding="utf-8") as f:
             n_refs = sum(1 for _ in f)
@@ -499,9 +513,11 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
                               f"e.g. checkpoints/checkpoint_best.pt)")
     checkpoint = os.path.abspath(checkpoint)
     baseline_path = baseline if isinstance(baseline, (str, os.PathLike)) else None
+    protected = {"corpus": corpus_dir if os.path.isdir(corpus_dir) else None, "run": os.path.dirname(checkpoint)}
     for flag, path, others in (("--out-json", out_json, []), ("--out-md", out_md, [out_json])):
-        if path:  # fail now, not after decoding
-            check_writable(path, flag, inputs=[checkpoint, baseline_path, *others])
+        if path:  # fail now, not after decoding; never over a corpus or run file evaluate did not write
+            check_writable(path, flag, inputs=[checkpoint, baseline_path, *others], protected=protected,
+                           own=_own_output, command="evaluate")
     resource_groups({}, high_threshold, low_threshold)  # validates the options before decoding
     bleu_tokenizer("", bleu_tokenize)
     _, spbleu_note = spbleu_tokenizer(spbleu_tokenize)
@@ -609,14 +625,34 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         "references": references,  # what the hypotheses are scored against, for later significance tests
         "hypotheses": hypotheses,  # detokenized, one per test sentence, per direction
     }
+    off_target.add_off_target(results, corpus.path)
     if baseline_results is not None:
         wins, total = _win_stats(results, baseline_results, win_metric)
         results["win_ratio"] = {"baseline": baseline_name, "metric": win_metric, "value": wins / total,
                                 "wins": wins, "directions": total}
         results["significance"] = baseline_significance(results, baseline_results)
     outputs = {out_json: json_text(results) if out_json else None, out_md: to_markdown(results) if out_md else None}
-    write_files_atomic({path: text for path, text in outputs.items() if path})  # both of this run, or neither
+    try:
+        write_files_atomic({path: text for path, text in outputs.items() if path})  # both of this run, or neither
+    except OSError as error:  # a full disk: the results are not lost with the files
+        raise ResultsNotWritten(results, out_json or out_md, "--out-json" if out_json else "--out-md", error) from None
     return results
+
+
+class ResultsNotWritten(EvaluationError):
+    """The results were computed but their files could not be written; ``results`` holds them."""
+
+    def __init__(self, results, path, flag, error):
+        self.results = results
+        super().__init__(f"cannot write {flag} {path}: {error.strerror or error}; the results are printed above: "
+                         "free some space and evaluate again")
+
+
+def _own_output(path) -> bool:
+    """Whether ``path`` is an earlier output of evaluate (its results JSON or markdown table)."""
+    from .result_kinds import EVALUATE_JSON, EVALUATE_MARKDOWN, file_kind
+
+    return file_kind(path) in (EVALUATE_JSON, EVALUATE_MARKDOWN)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -630,6 +666,8 @@ def _run(args):
             bleu_tokenize=args.bleu_tokenize, spbleu_tokenize=args.spbleu_tokenize, win_metric=args.win_metric,
         )
     except (EvaluationError, FileNotFoundError) as e:
+        if isinstance(e, ResultsNotWritten):
+            print(to_markdown(e.results), flush=True)
         print(f"langshare evaluate: error: {e}", file=sys.stderr)  # one line, exit 2 like `langshare`
         raise SystemExit(2) from None
     print(to_markdown(results))
@@ -639,10 +677,10 @@ def _run(args):
 def add_subcommand(subparsers):
     """Register ``langshare evaluate`` on an argparse subparsers object."""
     p = subparsers.add_parser(
-        "evaluate", help="translate each direction of a corpus split and score it (BLEU, chrF, spBLEU)",
+        "evaluate", help="translate each direction of a corpus split and score it (BLEU, chrF, spBLEU, off-target rate)",
         description="Translate each direction of a corpus split with fairseq-generate and score it with "
                     "sacrebleu: BLEU and chrF (with signatures), spBLEU when its flores SentencePiece model is "
-                    "already local (never downloaded); per-direction table, High/Medium/Low/zero-shot and overall "
+                    "already local (never downloaded); the off-target rate (py3langid, where it tells the target language apart on the references; `langshare off-target CORPUS` shows where); per-direction table, High/Medium/Low/zero-shot and overall "
                     "averages, win ratio against a baseline; JSON and markdown output.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -653,14 +691,18 @@ def add_subcommand(subparsers):
     p.add_argument("--directions", default=None,
                    help="comma-separated SRC-TGT directions, zero-shot ones included; None: every direction "
                         "the checkpoint was trained on that has data in the split")
-    p.add_argument("--beam", type=int, default=4, help="beam size")
-    p.add_argument("--lenpen", type=float, default=1.0, help="length penalty")
-    p.add_argument("--max-tokens", type=int, default=4000, help="max tokens per generation batch")
-    p.add_argument("--batch-size", type=int, default=None, help="max sentences per generation batch")
-    p.add_argument("--high-threshold", type=int, default=10000,
+    p.add_argument("--beam", type=Range(1, why="hypotheses kept per step; 1 is greedy").of(int),
+                   default=4, help="beam size")
+    p.add_argument("--lenpen", type=Range(why="fairseq-generate's exponent").of(float),
+                   default=1.0, help="length penalty")
+    p.add_argument("--max-tokens", type=Range(1, why="tokens per batch").of(int),
+                   default=4000, help="max tokens per generation batch")
+    p.add_argument("--batch-size", type=Range(1, why="sentences per batch").of(int),
+                   default=None, help="max sentences per generation batch")
+    p.add_argument("--high-threshold", type=Range(0, why="training pairs").of(int), default=10000,
                    help="a direction is high-resource when its non-English language has at least this many "
                         "training pairs")
-    p.add_argument("--low-threshold", type=int, default=2000,
+    p.add_argument("--low-threshold", type=Range(0, why="training pairs").of(int), default=2000,
                    help="a direction is low-resource when its non-English language has fewer training pairs "
                         "than this (medium in between)")
     p.add_argument("--baseline", default=None,

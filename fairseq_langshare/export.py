@@ -50,7 +50,7 @@ from .tasks.multilingual_langshare import options_as_namespace
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["export_pair", "add_subcommand", "ExportError"]
+__all__ = ["export_pair", "generate_command", "ExportError", "PLAIN_ARCH"]
 
 PLAIN_ARCH = "transformer"
 PLAIN_TASK = "translation_multi_simple_epoch"
@@ -260,45 +260,3 @@ def _retie(cloned: Dict[str, torch.Tensor], original: Dict[str, torch.Tensor]) -
             cloned[key] = cloned[first[ident]]
         else:
             first[ident] = key
-
-
-# --- CLI -------------------------------------------------------------------------------------
-
-def _run(args) -> int:
-    if args.format == "ctranslate2":
-        from .deploy.ctranslate2_export import export_ctranslate2
-
-        export_ctranslate2(args.checkpoint, args.src, args.tgt, args.out, args.quantization or "float32",
-                           data=args.data, spm=args.spm)
-        return 0
-    if args.quantization or args.data or args.spm:
-        raise ExportError("--quantization, --data and --spm apply to --format ctranslate2 only")
-    export_pair(args.checkpoint, args.src, args.tgt, args.out)
-    return 0
-
-
-def add_subcommand(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "export",
-        help="write one language pair's sub-network as a plain fairseq transformer checkpoint",
-        description="Write the weights one language pair uses as a plain fairseq `transformer` checkpoint that "
-                    "fairseq-generate --task translation_multi_simple_epoch loads without --user-dir "
-                    "(pass the same --langs, --lang-pairs SRC-TGT and langtok flags as for the full model, and "
-                    "--required-batch-size-multiple 1, or fairseq 0.12 drops the last batch unless its size is a "
-                    "multiple of 8; export prints the whole command). An adapter "
-                    "model's pair is a langshare_adapter_single checkpoint instead, an adaptive sparse model with head "
-                    "sparsity an adaptive_sparse_single one: load those with --user-dir.",
-    )
-    parser.add_argument("checkpoint", help="a fairseq_langshare checkpoint (e.g. checkpoints/checkpoint_best.pt)")
-    parser.add_argument("--src", required=True, help="source language code (one of the checkpoint's --langs)")
-    parser.add_argument("--tgt", required=True, help="target language code (one of the checkpoint's --langs)")
-    parser.add_argument("--out", required=True, help="output .pt path, or directory for --format ctranslate2 (written "
-                        "to a temporary name, then renamed)")
-    parser.add_argument("--format", choices=("fairseq", "ctranslate2"), default="fairseq",
-                        help="fairseq: a plain fairseq checkpoint (default); ctranslate2: a CTranslate2 model directory "
-                             "for `langshare translate` (needs pip install 'fairseq_langshare[deploy]'; docs/deploy.md)")
-    parser.add_argument("--quantization", help="CTranslate2 weight type: float32 (default), int16 or int8")
-    parser.add_argument("--data", help="CTranslate2: the fairseq-preprocess directory with the dictionaries (default: "
-                                       "the one the model was trained on)")
-    parser.add_argument("--spm", help="CTranslate2: the SentencePiece model (default: the corpus' spm.model)")
-    parser.set_defaults(func=_run)

@@ -20,6 +20,16 @@ on the seed-concatenated systems (the k test sets one after the other, reference
 The concatenated test averages over training randomness but does not model it as a random
 effect (three seeds cannot estimate that variance well), so the seed standard deviation and the
 per-seed p-values are reported next to it (docs/head_to_head.md, "Significance").
+
+The verdict (``verdict``), the one rule every table and JSON of the package applies: a system is
+better (worse) than the baseline when the seed-concatenated test gives p < ``ALPHA`` and its delta
+and every seed's delta are above (below) zero; level otherwise, also where the test cannot say
+anything.
+
+A sentence's statistics (BLEU's n-gram matches and lengths, chrF's character and word n-gram
+matches) depend on that sentence and its reference alone, so ``SentenceStatistics`` computes them
+once per (hypothesis, reference) and the tests of every seed, direction and system reuse them:
+sacrebleu's own test then runs on the same numbers, and the results are the same to the last bit.
 """
 
 import re
@@ -29,15 +39,63 @@ from typing import Dict, List, Optional, Sequence
 METRIC_LABELS = {"bleu": "BLEU", "chrf": "chrF", "spbleu": "spBLEU"}
 TESTED_METRICS = ("bleu", "chrf")
 DEFAULT_SAMPLES = 1000
+ALPHA = 0.05  # the level of the verdict
+VERDICTS = ("better", "level", "worse")
 
 
 class SignificanceError(ValueError):
     """Inputs that cannot be paired; the message names the problem and the fix."""
 
 
-def _metric(name: str, bleu_tokenize: str):
+def verdict(delta: Optional[float], p_value: Optional[float], seed_deltas: Sequence[Optional[float]],
+            alpha: float = ALPHA) -> str:
+    """"better" or "worse" when the seed-concatenated test's ``p_value`` < ``alpha`` and ``delta``
+    and every one of ``seed_deltas`` (the system's score minus the baseline's on each seed pair)
+    are above zero, or all below; "level" otherwise (also without a p-value: not testable)."""
+    if p_value is None or not p_value < alpha or delta is None or not seed_deltas:
+        return "level"
+    deltas = [delta, *seed_deltas]
+    if any(d is None for d in deltas):
+        return "level"
+    if all(d > 0 for d in deltas):
+        return "better"
+    if all(d < 0 for d in deltas):
+        return "worse"
+    return "level"
+
+
+class SentenceStatistics:
+    """sacrebleu metrics whose per-sentence statistics are computed once per (hypothesis,
+    reference) and then reused (see the module docstring); one instance per set of tests that
+    share sentences, e.g. one comparison."""
+
+    def __init__(self):
+        self._memo = {}
+
+    def metric(self, name: str, bleu_tokenize: str):
+        metric = _metric(name, bleu_tokenize)
+        memo = self._memo.setdefault((name, bleu_tokenize), {})
+        extract = metric._extract_corpus_statistics
+
+        def extract_once(hypotheses, references):
+            if references is None or len(references) != 1:  # one reference per sentence only
+                return extract(hypotheses, references)
+            keys = list(zip(hypotheses, references[0]))
+            todo = [k for k in dict.fromkeys(keys) if k not in memo]
+            if todo:
+                memo.update(zip(todo, extract([h for h, _ in todo], [[r for _, r in todo]])))
+            metric.num_refs = 1  # what extracting sets, and the signature reads
+            return [memo[k] for k in keys]
+
+        metric._extract_corpus_statistics = extract_once
+        return metric
+
+
+def _metric(name: str, bleu_tokenize: str, statistics: Optional[SentenceStatistics] = None):
     from sacrebleu.metrics import BLEU, CHRF
 
+    if statistics is not None:
+        return statistics.metric(name, bleu_tokenize)
     if name == "bleu":
         return BLEU(tokenize=bleu_tokenize)
     if name == "chrf":
@@ -47,11 +105,13 @@ def _metric(name: str, bleu_tokenize: str):
 
 def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
                      metrics: Sequence[str] = TESTED_METRICS, bleu_tokenize: str = "13a",
-                     n_samples: int = DEFAULT_SAMPLES) -> Dict[str, Dict[str, Optional[float]]]:
+                     n_samples: int = DEFAULT_SAMPLES, statistics: Optional[SentenceStatistics] = None
+                     ) -> Dict[str, Dict[str, Optional[float]]]:
     """sacrebleu's paired bootstrap of ``system`` against ``baseline`` (hypotheses aligned with
     ``references``). Returns {metric: {baseline, system, delta, p_value, baseline_mean,
     baseline_ci, system_mean, system_ci}} (ci: half-width of the 95% interval; p_value None where
-    the test cannot say anything, see the module docstring)."""
+    the test cannot say anything, see the module docstring). ``statistics``: reuse the sentence
+    statistics of earlier tests (the same results, faster)."""
     from sacrebleu.significance import PairedTest
 
     if not len(baseline) == len(system) == len(references):
@@ -61,7 +121,7 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
         raise SignificanceError("no sentences to test: evaluate on a non-empty test set")
     if n_samples < 1:  # sacrebleu would silently use its default instead
         raise SignificanceError(f"{n_samples} bootstrap resamples: pass at least 1 (the default is {DEFAULT_SAMPLES})")
-    named = {name: _metric(name, bleu_tokenize) for name in metrics}
+    named = {name: _metric(name, bleu_tokenize, statistics) for name in metrics}
     test = PairedTest([("baseline", list(baseline)), ("system", list(system))], named, [list(references)],
                       test_type="bs", n_samples=n_samples)
     _, scores = test()
@@ -116,11 +176,16 @@ def _concat(runs: Sequence[Dict[str, List[str]]], directions: Sequence[str]) -> 
 
 def compare_to_baseline(baseline_runs: Sequence[Dict[str, List[str]]], system_runs: Sequence[Dict[str, List[str]]],
                         references: Dict[str, List[str]], tokenize: Dict[str, str],
-                        metrics: Sequence[str] = TESTED_METRICS, n_samples: int = DEFAULT_SAMPLES) -> Dict:
+                        metrics: Sequence[str] = TESTED_METRICS, n_samples: int = DEFAULT_SAMPLES,
+                        statistics: Optional[SentenceStatistics] = None,
+                        subsets: Optional[Dict[str, Sequence[str]]] = None) -> Dict:
     """Per direction and over all directions pooled, the paired bootstrap of every seed pair and of
-    the seed-concatenated systems. ``*_runs``: one {direction: hypotheses} per seed, paired by
-    index (as many seeds on both sides); ``tokenize``: BLEU tokenization per direction (the pooled
-    test uses the common one, 13a when they differ, and says so)."""
+    the seed-concatenated systems, each seed's delta and the verdict (``verdict``). ``*_runs``: one
+    {direction: hypotheses} per seed, paired by index (as many seeds on both sides); ``tokenize``:
+    BLEU tokenization per direction (the pooled test uses the common one, 13a when they differ, and
+    says so); ``statistics``: shared with other comparisons against the same baseline; ``subsets``:
+    {name: directions} also pooled each on its own (``pooled_subsets``, e.g. the supervised and the
+    zero-shot directions, which answer different questions)."""
     if len(baseline_runs) != len(system_runs):
         raise SignificanceError(f"the system has {len(system_runs)} seeds but the baseline {len(baseline_runs)}: "
                                 "pass the same seeds for every system")
@@ -128,27 +193,40 @@ def compare_to_baseline(baseline_runs: Sequence[Dict[str, List[str]]], system_ru
     if seeds == 0:
         raise SignificanceError("no seed of the baseline or of the system has hypotheses to test")
     base, mine = list(baseline_runs), list(system_runs)
+    statistics = statistics or SentenceStatistics()
     directions = [d for d in references if all(d in run for run in base + mine)]
     if not directions:
         raise SignificanceError("the system and the baseline have no direction with hypotheses in common")
 
     def tests(sets, tok):
         refs = [r for d in sets for r in references[d]]
-        per_seed = [paired_bootstrap(_concat([b], sets), _concat([m], sets), refs, metrics, tok, n_samples)
+        per_seed = [paired_bootstrap(_concat([b], sets), _concat([m], sets), refs, metrics, tok, n_samples, statistics)
                     for b, m in zip(base, mine)]
         both = per_seed[0] if seeds == 1 else paired_bootstrap(
-            _concat(base, sets), _concat(mine, sets), refs * seeds, metrics, tok, n_samples)
-        return {metric: {"per_seed": [seed[metric] for seed in per_seed], "seeds_concatenated": both[metric]}
-                for metric in metrics}
+            _concat(base, sets), _concat(mine, sets), refs * seeds, metrics, tok, n_samples, statistics)
+        out = {}
+        for metric in metrics:
+            deltas = [seed[metric]["delta"] for seed in per_seed]
+            out[metric] = {"per_seed": [seed[metric] for seed in per_seed], "seeds_concatenated": both[metric],
+                           "seed_deltas": deltas,
+                           "verdict": verdict(both[metric]["delta"], both[metric]["p_value"], deltas)}
+        return out
 
-    toks = {tokenize.get(d) or "13a" for d in directions}
-    pooled_tok = toks.pop() if len(toks) == 1 else "13a"
-    return {
+    def pooled(sets):
+        toks = {tokenize.get(d) or "13a" for d in sets}
+        tok = toks.pop() if len(toks) == 1 else "13a"
+        return {"directions": sets, "bleu_tokenize": tok, **tests(sets, tok)}
+
+    out = {
         "test": "paired bootstrap resampling (sacrebleu PairedTest, test type bs)",
         "n_samples": n_samples, "seeds": seeds,
         "directions": {d: tests([d], tokenize.get(d) or "13a") for d in directions},
-        "pooled": {"directions": directions, "bleu_tokenize": pooled_tok, **tests(directions, pooled_tok)},
+        "pooled": pooled(directions),
     }
+    if subsets:
+        chosen = {name: [d for d in directions if d in set(sets)] for name, sets in subsets.items()}
+        out["pooled_subsets"] = {name: pooled(sets) for name, sets in chosen.items() if sets}
+    return out
 
 
 def seed_summary(values: Sequence[Optional[float]]) -> Dict[str, object]:

@@ -39,5 +39,5 @@ echo "   languages: $(paste -sd, "$CORPUS/langs.txt")"
 echo "== 2-4/4 baseline vs $METHOD ($DIRECTION): $UPDATES updates each, two trainings at once (progress in $RUNS/$DIRECTION/*/seed1/train.log)"
 langshare head-to-head --models "baseline,$METHOD" --directions "$DIRECTION" --seeds 1 --updates "$UPDATES" --jobs 2 \
     --train-flags="$TRAIN_FLAGS" --corpus "$DIRECTION=$CORPUS" --runs-dir "$RUNS" --out-json "$OUT/head_to_head.json" \
-    --out-md "$OUT/results.md" --figure "$OUT/head_to_head.png" --examples 3 --analyze
-echo "results: $OUT/results.md, $OUT/head_to_head.json, $OUT/head_to_head.png; what each language uses: $RUNS/$DIRECTION/$METHOD/seed1/analysis/"
+    --out-md "$OUT/results.md" --figure "$OUT/head_to_head.png" --readme "$OUT/standings.md" --examples 3 --analyze
+echo "results: $OUT/results.md, $OUT/head_to_head.json, $OUT/head_to_head.png, $OUT/standings.md; what each language uses: $RUNS/$DIRECTION/$METHOD/seed1/analysis/"

@@ -1,7 +1,10 @@
+import json
+import shutil
+
 import pytest
 import torch
 
-from tiny_corpus import make_corpus
+from tiny_corpus import make_corpus, task_args, train
 
 
 @pytest.fixture(scope="session")
@@ -17,3 +20,31 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def run(corpus, tmp_path_factory):
+    """A 4-update run with --encoder-langtok tgt: update checkpoints after 2 and 4 updates, checkpoint_last.pt
+    (read only: a test that changes it works on a copy)."""
+    from cli_checks import TRAIN
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    save = tmp_path_factory.mktemp("faults") / "ckpt"
+    try:
+        train(task_args(corpus) + TRAIN + ["--max-update", "4", "--save-interval-updates", "2",
+                                           "--save-dir", str(save)])
+    finally:
+        torch.set_num_threads(threads)
+    return save
+
+
+@pytest.fixture
+def eval_corpus(corpus, tmp_path):
+    """The tiny corpus laid out as `langshare evaluate` reads it (manifest.json, raw/, bin/), a private copy."""
+    root = tmp_path / "corpus"
+    shutil.copytree(corpus["bin"], root / "bin")
+    shutil.copytree(corpus["raw"], root / "raw")
+    (root / "manifest.json").write_text(json.dumps({"pivot": "en", "data_bin": "bin", "langs": corpus["langs"],
+                                                    "train_pairs_per_language": {"xx": 300, "yy": 300}}))
+    return root

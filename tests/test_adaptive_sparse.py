@@ -156,7 +156,7 @@ def test_a_category_is_regularised_alike_alone_or_with_the_others(corpus, monkey
     components. One mean over all 18 components per language gave the 2 layers 1/9 of their pull
     alone (1/13 at the gettext runs' 52), so Attn+FFN+Layer ran its kept layers at scores 0.57
     where layer sparsity alone ran them at 0.92 (docs/adaptive_sparse.md, "Attn+FFN+Layer")."""
-    monkeypatch.setattr(sparse_scores, "gumbel_sigmoid", lambda mu, tau: torch.sigmoid(mu / tau))
+    monkeypatch.setattr(sparse_scores, "gumbel_logits", lambda mu, tau: mu.float() / tau)  # no noise
     grads = {}
     for types in ("layer", "attn,ffn,layer"):
         task, model, _ = build(corpus, "--sparse-types", types, "--sparse-t-bar", t_bar)
@@ -574,9 +574,10 @@ def test_analysis_cli_writes_scores_selection_and_pca(trained, tmp_path, capsys)
     (["--sparse-ffn-blocks", "5"], "does not divide"),
     (["--sparse-decoder-keep-heads", "5"], "outside 1..4"),
     (["--sparse-encoder-keep-layers", "3"], "outside 1..2"),
-    (["--sparse-logit-lr-scale", "0"], "scale must be positive"),
+    (["--sparse-logit-lr-scale", "0"], r"--sparse-logit-lr-scale 0.0 is outside \(0, inf\): a learning-rate "
+                                       "multiplier"),
     (["--sparse-types", "ffn", "--sparse-head-dim", "16"], "--sparse-head-dim 16: a head size > 0 that"),
-    (["--sparse-layer-t-bar", "-1"], "--sparse-layer-t-bar -1: T-bar must be a number of updates >= 0"),
+    (["--sparse-layer-t-bar", "-1"], r"--sparse-layer-t-bar -1 is outside \[0, inf\): T-bar is a number of updates"),
 ])
 def test_bad_flags_are_one_line_errors(corpus, flags, message):
     with pytest.raises(ValueError, match=message) as info:

@@ -9,15 +9,12 @@ really installed, that a ``fairseq-interactive`` session survives bad lines, and
 refused before anything is translated.
 """
 
-import hashlib
 import io
-import json
 import logging
 import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -25,71 +22,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from cli_checks import BIN, GEN, TRAIN, cli_run, fairseq_error, langshare, last_line, snapshot
 from fairseq_langshare import cli, evaluation
 from tiny_corpus import generate, task_args, train
-
-BIN = Path(sys.executable).parent
-TRAIN = ["--arch", "langshare_transformer_tiny", "--criterion", "langshare_label_smoothed_cross_entropy",
-         "--optimizer", "adam", "--lr", "0.005", "--max-tokens", "1000", "--cpu", "--num-workers", "0", "--seed", "1",
-         "--disable-validation", "--no-epoch-checkpoints", "--log-format", "json"]
-GEN = ["--gen-subset", "test", "-s", "en", "-t", "xx", "--beam", "2", "--cpu", "--max-tokens", "1000"]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread(one_thread):
     yield
-
-
-@pytest.fixture(scope="module")
-def run(corpus, tmp_path_factory):
-    """A 4-update run with --encoder-langtok tgt: update checkpoints after 2 and 4 updates, checkpoint_last.pt."""
-    save = tmp_path_factory.mktemp("faults") / "ckpt"
-    train(task_args(corpus) + TRAIN + ["--max-update", "4", "--save-interval-updates", "2", "--save-dir", str(save)])
-    return save
-
-
-@pytest.fixture
-def eval_corpus(corpus, tmp_path):
-    """The tiny corpus laid out as `langshare evaluate` reads it (manifest.json, raw/, bin/), a private copy."""
-    root = tmp_path / "corpus"
-    shutil.copytree(corpus["bin"], root / "bin")
-    shutil.copytree(corpus["raw"], root / "raw")
-    (root / "manifest.json").write_text(json.dumps({"pivot": "en", "data_bin": "bin",
-                                                    "train_pairs_per_language": {"xx": 300, "yy": 300}}))
-    return root
-
-
-def last_line(text):
-    lines = [l for l in text.replace("\r", "\n").splitlines() if l.strip()]
-    return lines[-1] if lines else ""
-
-
-def langshare(capsys, *argv):
-    """`langshare ARGV` in process: (exit status, last line of stderr)."""
-    capsys.readouterr()
-    try:
-        code = cli.main([str(a) for a in argv])
-    except SystemExit as exit_:
-        code = exit_.code
-    return code, last_line(capsys.readouterr().err)
-
-
-def fairseq_error(entry, *args, prog="fairseq-train"):
-    """Run a fairseq CLI in process; return the line its excepthook prints for the failure."""
-    with pytest.raises(BaseException) as info:
-        entry(*args)
-    from fairseq_langshare.user_errors import error_line
-
-    line = error_line(info.value, prog)
-    assert line is not None, f"a traceback, not one line: {info.value!r}"
-    assert "\n" not in line
-    return line
-
-
-def snapshot(directory):
-    """Names, sizes and hashes of the files under ``directory``: nothing written, nothing half-written."""
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(Path(directory).rglob("*")) if p.is_file()}
 
 
 def broken_copy(source, kind, target):
@@ -227,7 +167,8 @@ def test_option_errors_are_the_last_line_of_fairseq_train(corpus, tmp_path, case
         "task-without-ids": (["--arch", "clsr_transformer_tiny", "--task", "translation_multi_simple_epoch"],
                              "multilingual_langshare"),
         "sampling-temperature-0": (["--sampling-method", "temperature", "--sampling-temperature", "0"],
-                                   "--sampling-temperature 0.0: the temperature must be > 0"),
+                                   "--sampling-temperature 0.0 is outside (0, inf): pairs are sampled in proportion "
+                                   "to n^(1/T)"),
     }[case]
     argv = task_args(corpus) + TRAIN + ["--max-update", "2", "--save-dir", str(tmp_path / "s")]
     for flag in flags[::2]:
@@ -437,12 +378,6 @@ def test_exported_checkpoint_translates_every_sentence_with_the_printed_command(
 
 
 # ----------------------------------------------------------------------------- real processes
-
-def cli_run(argv, stdin=None, env=None):
-    proc = subprocess.run([str(a) for a in argv], input=stdin, capture_output=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
-
 
 @pytest.mark.slow
 def test_fairseq_train_prints_the_plugins_error_as_its_last_line(corpus, run, tmp_path):

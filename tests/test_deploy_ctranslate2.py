@@ -186,15 +186,34 @@ def test_existing_directory_of_the_user_is_left_alone(trained, tmp_path, capsys)
     assert langshare(["export", str(trained), "--src", "en", "--tgt", "fr", "--out", str(out), "--format",
                       "ctranslate2"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "is not a langshare CTranslate2 export: pass a new --out" in err
+    assert err.count("\n") == 0 and "is not a langshare export: pass a new --out" in err
     assert (out / "notes.txt").read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+@needs_ctranslate2
+def test_export_onto_an_earlier_export_keeps_the_users_files(trained, tmp_path, capsys):
+    """A hypotheses file and a folder the user put into an earlier export: the new export refuses (one line
+    naming them) and loses nothing; the earlier export's own files are still replaced when alone."""
+    out = tmp_path / "en-fr"
+    export = ["export", str(trained), "--src", "en", "--tgt", "fr", "--out", str(out), "--format", "ctranslate2"]
+    assert langshare(export + ["--quantization", "int8"]) == 0
+    (out / "hyps.fr").write_text("my translations")
+    (out / "runs").mkdir()
+    (out / "runs" / "notes.txt").write_text("keep me")
+    capsys.readouterr()
+    assert langshare(export) == 2
+    err = one_line_error(capsys)
+    assert "hyps.fr" in err and "runs" in err and "pass a new --out" in err
+    assert (out / "hyps.fr").read_text() == "my translations" and (out / "runs" / "notes.txt").read_text() == "keep me"
+    assert json.loads((out / "langshare.json").read_text())["quantization"] == "int8"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["en-fr"]
 
 
 @needs_ctranslate2
 def test_fairseq_only_flags_need_the_ctranslate2_format(trained, tmp_path, capsys):
     assert langshare(["export", str(trained), "--src", "en", "--tgt", "fr", "--out", str(tmp_path / "x.pt"),
                       "--quantization", "int8"]) == 2
-    assert "apply to --format ctranslate2 only" in capsys.readouterr().err
+    assert "--quantization applies to --format ctranslate2 only" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
 

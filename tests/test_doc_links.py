@@ -26,10 +26,14 @@ PATH = re.compile(r"(?<![\w./<{:-])((?:%s)/[\w./<>{},*-]*[\w>}*])" % "|".join(PR
 AT_COMMIT = re.compile(r"(?<![\w./-])([0-9a-f]{7,40}):((?:%s)/[\w./-]*\w)" % "|".join(PREFIXES))
 MODULE = re.compile(r"python3? -m ((?:%s)(?:\.\w+)+)" % "|".join(MODULE_PREFIXES))
 # written by the commands the docs show, not part of the repository
-OUTPUTS = ("benchmarks/.cache/",  # the benchmark corpora, built on a benchmark's first run
+OUTPUTS = ("benchmarks/.cache",  # the benchmark corpora, built on a benchmark's first run
            "docs/results/head_to_head")  # where the head-to-head of record writes (--record-dir)
 PLACEHOLDER = re.compile(r"<[^>/]*>|\b[A-Z][A-Z0-9_]{2,}\b|\b[A-Z]\b")
 
+
+def _written_by_commands(path):
+    """Whether ``path`` is one of ``OUTPUTS`` or inside one (not a file that merely starts like one)."""
+    return any(path == out or path.startswith(out + "/") for out in OUTPUTS)
 
 
 def documents(root=REPO):
@@ -96,7 +100,7 @@ def missing_paths(root, doc):
     text = LINK.sub(" ", text)  # links are checked as links
     for path in sorted(set(PATH.findall(text))):
         path = path.rstrip(".")
-        if not path.startswith(OUTPUTS) and not _exists(root, path):
+        if not _written_by_commands(path) and not _exists(root, path):
             missing.append(path)
     for module in sorted(set(MODULE.findall(text))):
         as_path = module.replace(".", "/")
@@ -165,3 +169,14 @@ def test_paths_at_a_commit_are_looked_up_in_git(tmp_path):
         f"Ran `bash {commit}:scripts/old.sh` and `{commit}:scripts/never.sh`; "
         "[experiments/run.md](experiments/run.md).\n")
     assert problems(str(tmp_path)) == [("docs/page.md", "path", f"{commit}:scripts/never.sh")]
+
+
+def test_only_what_commands_write_is_exempt(tmp_path):
+    """The record folder the head-to-head writes is exempt; a committed file whose name merely
+    starts like it (the results JSON beside it) is checked like any other."""
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "head_to_head.json").write_text("{}")
+    (tmp_path / "README.md").write_text(
+        "Records in docs/results/head_to_head/ (docs/results/head_to_head/o2m/lsl/seed1.json.gz), reported in "
+        "docs/results/head_to_head.json and docs/results/head_to_head_old.json.\n")
+    assert problems(str(tmp_path)) == [("README.md", "path", "docs/results/head_to_head_old.json")]

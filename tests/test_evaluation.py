@@ -225,14 +225,17 @@ _LANGS = {  # deterministic word-by-word substitutions of English
 }
 
 
-def _build_tiny_corpus(root, train_sizes=None, n_eval=40, seed=0):
+def _build_tiny_corpus(root, train_sizes=None, n_eval=40, seed=0, languages=None):
     """A hand-made corpus directory laid out like ``prepare_gettext``'s: en-xx and en-yy with
-    train/valid/test, plus a multi-way xx-yy test set (a zero-shot direction)."""
+    train/valid/test, plus a multi-way xx-yy test set (a zero-shot direction). ``languages``:
+    {code: word -> word} instead of xx and yy (``_LANGS``)."""
     import sentencepiece as spm
     from fairseq import options
     from fairseq_cli import preprocess
 
-    train_sizes = train_sizes or {"xx": 400, "yy": 300}
+    languages = languages or _LANGS
+    first, second = list(languages)[:2]
+    train_sizes = train_sizes or {first: 400, second: 300}
     rng = random.Random(seed)
     raw, tok, bin_dir = root / "raw", root / "tok", root / "bin"
     for d in (raw, tok, bin_dir):
@@ -250,14 +253,14 @@ def _build_tiny_corpus(root, train_sizes=None, n_eval=40, seed=0):
 
     def write(split, src, tgt, en):
         for lang in (src, tgt):
-            text = en if lang == "en" else [" ".join(_LANGS[lang](w) for w in s.split()) for s in en]
+            text = en if lang == "en" else [" ".join(languages[lang](w) for w in s.split()) for s in en]
             (raw / f"{split}.{src}-{tgt}.{lang}").write_text("\n".join(text) + "\n")
 
     counts = {"train": {}, "valid": {}, "test": {}}
     splits = {}
     for lang, n_train in train_sizes.items():
         splits[f"en-{lang}"] = {"train": n_train, "valid": n_eval, "test": n_eval}
-    splits["xx-yy"] = {"test": n_eval}
+    splits[f"{first}-{second}"] = {"test": n_eval}
     for pair, sizes in splits.items():
         for split, n in sizes.items():
             write(split, *pair.split("-"), english(n))
@@ -278,7 +281,7 @@ def _build_tiny_corpus(root, train_sizes=None, n_eval=40, seed=0):
         for split in sizes:
             argv += [f"--{split}pref", str(tok / f"{split}.{pair}")]
         preprocess.main(options.get_preprocessing_parser().parse_args(argv))
-    for lang in ("en", *_LANGS):
+    for lang in ("en", *languages):
         (bin_dir / f"dict.{lang}.txt").write_text((root / "dict.txt").read_text())
     manifest = {"pivot": "en", "languages": list(train_sizes), "langs": ["en", *train_sizes],
                 "lang_pairs": [f"en-{l}" for l in train_sizes], "counts": counts,
@@ -287,12 +290,13 @@ def _build_tiny_corpus(root, train_sizes=None, n_eval=40, seed=0):
     return root
 
 
-def _train(corpus, save_dir, max_update=300, arch="langshare_transformer_tiny", extra=()):
+def _train(corpus, save_dir, max_update=300, arch="langshare_transformer_tiny", extra=(), langs=("xx", "yy")):
     from fairseq import options
     from fairseq_cli import train
 
     argv = [str(corpus / "bin"), "--task", "multilingual_langshare", "--user-dir", PKG_DIR, "--arch", arch,
-            "--langs", "en,xx,yy", "--lang-pairs", "en-xx,en-yy", "--encoder-langtok", "tgt",
+            "--langs", ",".join(("en",) + tuple(langs)), "--lang-pairs", ",".join(f"en-{x}" for x in langs),
+            "--encoder-langtok", "tgt",
             "--share-all-embeddings", "--optimizer", "adam", "--lr", "0.005", "--lr-scheduler", "inverse_sqrt",
             "--warmup-updates", "40", "--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
             "--dropout", "0.0", "--max-tokens", "1000", "--max-update", str(max_update), "--cpu", "--seed", "1",

@@ -14,7 +14,7 @@ from fairseq import checkpoint_utils
 from fairseq.sequence_generator import SequenceGenerator
 
 import fairseq_langshare.models.lsl_transformer  # noqa: F401  (registers lsl_transformer)
-from fairseq_langshare import export
+from fairseq_langshare.deploy import export_command
 from fairseq_langshare.export import ExportError, export_pair
 from test_language_aware_model import row_keys
 from test_lsl import VARIANTS, build
@@ -148,7 +148,7 @@ def test_baseline_exports_itself(corpus, tmp_path):
 
 def test_export_cli(trained, tmp_path, capsys):
     parser = argparse.ArgumentParser(prog="langshare")
-    export.add_subcommand(parser.add_subparsers(dest="command"))
+    export_command.add_subcommand(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["export", str(trained), "--src", "en", "--tgt", "yy", "--out", str(tmp_path / "m.pt")])
     assert args.func(args) == 0
     assert (tmp_path / "m.pt").exists() and "exported en->yy" in capsys.readouterr().out
@@ -189,3 +189,4 @@ def test_fairseq_generate_without_the_plugin_in_a_fresh_process(corpus, trained,
     assert "fairseq_langshare" not in proc.stdout + proc.stderr
     hyps = {int(l.split("\t")[0][2:]): l.split("\t")[2] for l in proc.stdout.splitlines() if l.startswith("H-")}
     assert hyps == full_generate(corpus, trained, "en", "xx")
+

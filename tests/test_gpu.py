@@ -1,6 +1,7 @@
 """CUDA: every method trains and decodes in fp16, a mixed-language batch gives every sentence the
-output it gets alone, and 2-process DDP trains with ``--ddp-backend legacy_ddp`` and with
-``pytorch_ddp --find-unused-parameters`` (the flags of docs/foundation.md).
+output it gets alone, and 2-process DDP trains with ``--ddp-backend legacy_ddp`` and with fairseq's
+default ``pytorch_ddp`` and no other flag (the plugin turns ``find_unused_parameters`` on for the
+methods: docs/scale.md).
 
 Marked ``gpu`` (``pytest -m gpu`` runs only these); skipped without CUDA. DDP uses NCCL on two
 GPUs, or gloo with both ranks on the one GPU a machine has."""
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 M2M = ["en-xx", "en-yy", "xx-yy"]  # xx-yy (valid/test only): batches mix source languages too
 TOLERANCE = {torch.float32: dict(atol=1e-4, rtol=1e-3), torch.float16: dict(atol=3e-2, rtol=3e-2)}
 DDP_BACKENDS = {"legacy_ddp": ["--ddp-backend", "legacy_ddp"],
-                "pytorch_ddp": ["--ddp-backend", "pytorch_ddp", "--find-unused-parameters"]}
+                "pytorch_ddp": []}  # fairseq's default
 
 
 DEVICE, EXTRA = "cuda", []  # (running these checks on the CPU: "cpu", ["--cpu", "--fp16-no-flatten-grads"])
@@ -100,4 +101,6 @@ def test_two_process_ddp_in_fp16(corpus, tmp_path, method, ddp):
         assert p.returncode == 0, out[-3000:]
     assert "distributed init (rank 0)" in outs[0] and "distributed init (rank 1)" in outs[1]
     assert max(updates_logged(outs[0])) == 4
+    if ddp == "pytorch_ddp":
+        assert ("find_unused_parameters on" in outs[0]) == (method != "baseline")
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()

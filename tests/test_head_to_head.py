@@ -218,7 +218,9 @@ def test_train_flags_follow_the_head_to_heads_and_a_run_trained_with_other_flags
     with pytest.raises(ValueError, match="trained with --train-flags '\\(none\\)'"):
         plan(["baseline"], ["m2o"], [1], str(tmp_path / "runs"), corpora, 10, short)
     text = head_to_head_report.markdown({"generated": "today", "updates": 10, "evaluate_flags": ["--beam", "4"],
-                                         "train_flags": list(head_to_head_runs.TRAIN_FLAGS) + short, "directions": {}})
+                                         "train_flags": list(head_to_head_runs.TRAIN_FLAGS) + short, "directions": {},
+                                         "record": {"dir": "record", "command": "report"}, "baseline": "baseline",
+                                         "bootstrap": {"n_samples": 1000, "seed": "12345"}, "verdict_rule": "rule"})
     assert "`scripts/quality_lib.sh` with `--max-tokens 1024 --dropout 0 --save-interval-updates 5` after them" in text
 
 
@@ -252,45 +254,25 @@ def test_report_section_is_replaced_in_place_and_deltas_pair_seeds(tmp_path):
     runs = [_fake_run(tmp_path, "baseline", 1), _fake_run(tmp_path, "baseline", 2), _fake_run(tmp_path, "lsl", 2),
             _fake_run(tmp_path, "lsl", 3)]
     out = io.StringIO()
-    got = head_to_head_report.collect(runs, out)
+    got = head_to_head.collect_runs(runs, out)  # the runs --examples and --analyze show
     assert {m: [r.seed for r in rs] for m, rs in got["o2m"].items()} == {"baseline": [2], "lsl": [2]}
     assert "o2m/baseline/seed1, o2m/lsl/seed3" in out.getvalue()
-
-
-def test_reporting_one_direction_keeps_the_other_directions_block():
-    settings = {"updates": 2000, "train_flags": ["--lr", "0.002"], "evaluate_flags": ["--beam", "4"],
-                "baseline": "baseline"}
-    previous = {**settings, "generated": "2026-11-23", "seeds": [1, 2, 3],
-                "directions": {"o2m": {"seeds": [1, 2, 3], "models": {"baseline": "o2m entry"}}}}
-    today = {**settings, "generated": "2026-11-26", "seeds": [1],
-             "directions": {"m2o": {"generated": "2026-11-26", "seeds": [1], "models": {"baseline": "m2o entry"}}}}
-    out = io.StringIO()
-    merged = head_to_head_report.keep_other_directions(today, previous, out)
-    assert list(merged["directions"]) == ["o2m", "m2o"] and merged["seeds"] == [1, 2, 3]
-    assert merged["directions"]["o2m"]["models"] == {"baseline": "o2m entry"}
-    assert merged["directions"]["o2m"]["generated"] == "2026-11-23"  # when that block was reported
-    assert merged["directions"]["m2o"] == today["directions"]["m2o"] and out.getvalue() == ""
-    # a direction this run reports again replaces the previous block
-    again = head_to_head_report.keep_other_directions(
-        dict(today, directions={"o2m": {"seeds": [4], "models": {}}}), previous, out)
-    assert again["directions"] == {"o2m": {"seeds": [4], "models": {}}}
-    # runs of other settings are not comparable: left out, with a warning naming the direction
-    other = head_to_head_report.keep_other_directions(dict(today, updates=500), previous, out)
-    assert list(other["directions"]) == ["m2o"] and "o2m block" in out.getvalue()
 
 
 @pytest.mark.slow
 def test_head_to_head_end_to_end_and_rerun(tmp_path, one_thread):
     """Two models, one seed, a few updates on a tiny SentencePiece corpus (what `make demo` does):
-    train two at a time, evaluate, compare with significance, write JSON, markdown and figure, print
-    translations, run the method's analysis; a re-run trains nothing."""
+    train two at a time, evaluate, record, compare with significance, write JSON, markdown, figure
+    and standings, print translations, run the method's analysis; --report-only makes the same
+    files from the record alone; a re-run trains nothing."""
     from test_evaluation import _build_tiny_corpus
 
     corpus = _corpus_files(_build_tiny_corpus(tmp_path / "corpus"), ["en-xx", "en-yy"])
     kwargs = dict(models=["baseline", "lsl"], directions=["o2m"], seeds=[1], updates=30,
                   runs_dir=str(tmp_path / "runs"), corpora={"o2m": corpus}, jobs=2,
                   out_json=str(tmp_path / "h2h.json"), out_md=str(tmp_path / "results.md"),
-                  figure=str(tmp_path / "img" / "h2h.png"), record_dir=str(tmp_path / "record"))
+                  figure=str(tmp_path / "img" / "h2h.png"), record_dir=str(tmp_path / "record"),
+                  readme=str(tmp_path / "README.md"))
     out = io.StringIO()
     runs = head_to_head.head_to_head(stream=out, analyze=True, examples=1, **kwargs)
     assert all(r.status == "done" for r in runs), out.getvalue()
@@ -320,6 +302,17 @@ def test_head_to_head_end_to_end_and_rerun(tmp_path, one_thread):
     assert os.path.getsize(tmp_path / "img" / "h2h.png") > 1000
     text = (tmp_path / "results.md").read_text()
     assert "## Head-to-head" in text and "![BLEU delta against the baseline per direction](img/h2h.png)" in text
+    assert "**verdict**" not in text and "| verdict, all directions pooled |  |  |  | - | " in text
+    assert lsl["verdict"]["bleu"]["verdict"] in ("better", "level", "worse")
+    assert "| LSL (`lsl`) | **" in (tmp_path / "README.md").read_text()
+    # the same files from the record alone: the run directories (checkpoints, test.json, corpus) not read
+    outputs = {k: kwargs[k] for k in ("out_json", "out_md", "figure", "readme")}
+    again_outputs = {k: str(tmp_path / "again" / os.path.relpath(v, tmp_path)) for k, v in outputs.items()}
+    os.rename(tmp_path / "runs", tmp_path / "runs_moved")
+    head_to_head.head_to_head(report_only=True, record_dir=kwargs["record_dir"], stream=io.StringIO(), **again_outputs)
+    os.rename(tmp_path / "runs_moved", tmp_path / "runs")
+    for k, path in outputs.items():
+        assert open(path, "rb").read() == open(again_outputs[k], "rb").read(), k
     mtimes = [os.path.getmtime(r.checkpoint) for r in runs]
     again = io.StringIO()
     head_to_head.head_to_head(stream=again, **kwargs)

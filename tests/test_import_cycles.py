@@ -118,15 +118,7 @@ def describe(circles):
 # Circles in files that other changes own and are removing, each named, so that any other circle
 # fails the first test below; the second (a strict expected failure) fails as soon as they are
 # gone, to empty this list.
-KNOWN = {
-    ("fairseq_langshare.deploy.ctranslate2_export", "fairseq_langshare.export",
-     "fairseq_langshare.deploy.ctranslate2_export"): "export <-> deploy (the transformers-export change)",
-    ("fairseq_langshare", "fairseq_langshare.models", "fairseq_langshare.models.clsr_transformer",
-     "fairseq_langshare.export", "fairseq_langshare.deploy.ctranslate2_export",
-     "fairseq_langshare"): "export -> deploy -> the package (the transformers-export change)",
-    ("fairseq_langshare.recipes.head_to_head_record", "fairseq_langshare.recipes.head_to_head_runs",
-     "fairseq_langshare.recipes.head_to_head_record"): "head-to-head record <-> runs (the head-to-head of record)",
-}
+KNOWN = {}
 
 
 def test_no_import_circle_but_the_known_ones():

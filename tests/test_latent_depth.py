@@ -489,9 +489,11 @@ def test_activation_checkpointing_gives_the_same_gradients(corpus):
     (["--latent-decoder-target-depth", "5"], r"--latent-decoder-target-depth 5 is outside 0..4 \(--decoder-layers\)"),
     (["--latent-keep", "top-k"], "--latent-keep top-k keeps the K = --latent-decoder-target-depth most probable layers"),
     (["--latent-keep-threshold", "1.5"], r"--latent-keep-threshold 1.5 is outside \[0, 1\]"),
-    (["--latent-tau-end", "0"], "the Gumbel-softmax temperature must be positive"),
-    (["--latent-kl-weight", "-1"], "--latent-kl-weight -1.0 is negative"),
-    (["--latent-selection-update-period", "0"], "I must be >= 1"),
+    (["--latent-tau-end", "0"], r"--latent-tau-end 0.0 is outside \(0, inf\): the Gumbel-softmax temperature must be "
+                                "positive"),
+    (["--latent-kl-weight", "-1"], r"--latent-kl-weight -1.0 is outside \[0, inf\): a loss weight"),
+    (["--latent-selection-update-period", "0"], r"--latent-selection-update-period 0 is outside \[1, inf\): I of "
+                                                "Algorithm 2"),
 ])
 def test_bad_flags_are_one_line_errors(corpus, flags, message):
     with pytest.raises(ValueError, match=message) as error:

@@ -369,7 +369,7 @@ def test_bad_layer_specs_are_one_line_errors(corpus, flags, message):
 
 @pytest.mark.slow
 def test_two_process_gloo_training_with_unused_branches(corpus, tmp_path):
-    """Rank batches leave some languages' LSLs unused; legacy_ddp all-reduces them as zeros."""
+    """Rank batches leave some languages' LSLs unused (legacy_ddp, ranks started by hand)."""
     outs = train_two_gloo_ranks(corpus, tmp_path, ["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers",
                                                    "SRC={1} & TGT={3,4}", "--lsl-separate-decoder"], max_tokens=200)
     assert '"num_updates": "3"' in outs[0]

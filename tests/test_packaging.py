@@ -52,6 +52,16 @@ def test_python_floor_and_the_deploy_extra():
     assert [(r.name, str(r.specifier)) for r in deploy] == [("ctranslate2", ">=4")]
 
 
+@pytest.mark.parametrize("python,expected", [("3.8", []), ("3.9", []), ("3.10", [("py3langid", "<0.5,>=0.4")]),
+                                             ("3.12", [("py3langid", "<0.5,>=0.4")])])
+def test_the_langid_extra(python, expected):
+    """The off-target rate's identifier: py3langid 0.4 (its model in the wheel) needs Python 3.10; on
+    3.8/3.9 the extra installs nothing and evaluate says why there is no rate."""
+    langid = [r for r in requirements() if r.marker is not None and not applies(r, python)
+              and applies(r, python, "langid")]
+    assert [(r.name, str(r.specifier)) for r in langid] == expected
+
+
 # str methods 3.9 added, which a 3.8 parse accepts
 NEWER_THAN_3_8 = ("removeprefix", "removesuffix")
 

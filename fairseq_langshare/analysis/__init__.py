@@ -6,9 +6,21 @@
 one entry point.
 """
 
+import functools
+
+from ..atomic_files import check_directory_writable
 from . import adaptive_sparse, clsr_gates, latent_depth, lsl_similarity, lsl_weights
 
 ANALYSES = (adaptive_sparse, clsr_gates, latent_depth, lsl_weights, lsl_similarity)
+
+
+def _out_checked(run):
+    """``run(args)`` after refusing an ``--out`` that is no directory it can write, before any analysis."""
+    @functools.wraps(run)
+    def checked(args):
+        check_directory_writable(args.out, "--out", "the analysis writes several files into it")
+        return run(args)
+    return checked
 
 
 def add_subcommand(subparsers) -> None:
@@ -21,3 +33,5 @@ def add_subcommand(subparsers) -> None:
     methods.required = True
     for module in ANALYSES:
         module.add_analysis(methods)
+    for method in methods.choices.values():
+        method.set_defaults(func=_out_checked(method.get_default("func")))

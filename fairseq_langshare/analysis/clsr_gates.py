@@ -23,6 +23,7 @@ import torch
 from ..modules.clsr import ClsrUnit
 from ..atomic_files import save_figure_atomic, write_json_atomic
 from .figures import new_figure
+from ..option_ranges import Range
 
 KINDS = ("enc.self_attn", "enc.ffn", "dec.self_attn", "dec.cross_attn", "dec.ffn")
 DEDICATED_RULES = ("top-bottom", "any-depth")
@@ -187,7 +188,7 @@ def add_analysis(methods) -> None:
     p.add_argument("checkpoint", help="a clsr_transformer checkpoint")
     p.add_argument("--data", default=None, help="binarized data directory (default: the one the checkpoint was trained on)")
     p.add_argument("--split", default="valid", help="split to run over (every direction of the task)")
-    p.add_argument("--max-tokens", type=int, default=4000, help="tokens per batch")
+    p.add_argument("--max-tokens", type=Range(1, why="tokens per batch").of(int), default=4000, help="tokens per batch")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=_run_gates)
     p = methods.add_parser("clsr-lsscore", help="CLSR: LSScore over budgets (Eq. 7), Figures 3 and 6, the Dedicated flags")

@@ -20,6 +20,7 @@ import torch
 from ..atomic_files import save_figure_atomic, write_json_atomic
 from ..modules.language_specific_layer import LanguageSpecificEncoderLayer, PartialLanguageSpecificEncoderLayer
 from .figures import new_figure
+from ..option_ranges import Range
 
 __all__ = ["linear_cka", "copy_similarity", "plot_similarity", "analyze", "add_analysis"]
 
@@ -147,6 +148,7 @@ def add_analysis(methods) -> None:
     p.add_argument("checkpoint", help="an lsl_transformer checkpoint with --lsl-encoder-layers")
     p.add_argument("--data", default=None, help="binarized data directory (default: the one it was trained on)")
     p.add_argument("--split", default="test", help="split to run over (every direction of the task)")
-    p.add_argument("--max-sentences", type=int, default=2000, help="sentences to collect layer inputs from")
+    p.add_argument("--max-sentences", type=Range(1, why="sentences").of(int),
+                   default=2000, help="sentences to collect layer inputs from")
     p.add_argument("--out", required=True, help="directory for lsl_similarity.json and lsl_similarity.png")
     p.set_defaults(func=_run)

@@ -9,7 +9,7 @@ is logged unweighted as ``aux_<name>`` and each statistic as ``stat_<name>`` (sa
 means over the batches and workers of an update).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fairseq import metrics, utils
 from fairseq.criterions import register_criterion
@@ -18,16 +18,29 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 
+from ..option_ranges import Range, check_ranges
+
 AUX_PREFIX, STAT_PREFIX = "aux_", "stat_"
 
 
 @dataclass
 class LangshareCriterionConfig(LabelSmoothedCrossEntropyCriterionConfig):
-    pass
+    """fairseq's options, with their valid ranges."""
+
+    label_smoothing: float = field(default=0.0, metadata={
+        "help": "epsilon for label smoothing, 0 means no label smoothing",
+        "range": Range(0, 1, high_open=True, why="the probability mass moved off the reference token")})
+    ignore_prefix_size: int = field(default=0, metadata={
+        "help": "Ignore first N tokens", "range": Range(0, why="target tokens left out of the loss")})
 
 
 @register_criterion("langshare_label_smoothed_cross_entropy", dataclass=LangshareCriterionConfig)
 class LangshareLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
+    @classmethod
+    def build_criterion(cls, cfg, task):
+        check_ranges(cfg, LangshareCriterionConfig)
+        return super().build_criterion(cfg, task)
+
     def forward(self, model, sample, reduce=True):
         net_output = model(**sample["net_input"])
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)

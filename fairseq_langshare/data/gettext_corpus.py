@@ -16,7 +16,8 @@ from multiprocessing import Pool
 
 from tqdm import tqdm
 
-from . import corpus_build
+from ..option_ranges import Range, flag
+from . import corpus_build, zero_shot
 from .corpus_build import sha256 as _sha256, write_lines as _write_lines
 
 PIVOT = "en"
@@ -29,6 +30,12 @@ SPM_LINES_PER_LANG = 20000  # cap per language (incl. English) of the SentencePi
 SPLITS = ("train", "valid", "test")
 DIRECTIONS = ("o2m", "m2o", "both")
 SELECTIONS = ("largest", "spread")
+RANGES = dict(  # each flag's valid values, for the command line and for library callers alike
+    num_langs=Range(1, why="languages"), max_train_per_lang=Range(1, why="training pairs"),
+    vocab_size=Range(16, why="SentencePiece pieces"), valid_size=Range(0, why="valid pairs per direction"),
+    test_size=Range(0, why="test pairs per direction"), min_pairs=Range(1, why="pairs"),
+    zero_shot_size=Range(1, why="sentences per direction and split"),
+    zero_shot_min_size=Range(1, why="test sentences"), workers=Range(1, why="processes"))
 _CONTROL = {i: " " for i in list(range(32)) + [127]}
 
 
@@ -210,7 +217,8 @@ def train_spm(tmp, splits, vocab_size):
 
 
 def _config(langs, num_langs, selection, direction, vocab_size, valid_size, test_size,
-            max_train_per_lang, min_pairs, locale_dir):
+            max_train_per_lang, min_pairs, locale_dir, zero_shot_spec=None, zero_shot_size=zero_shot.SIZE,
+            zero_shot_min_size=zero_shot.MIN_SIZE):
     if isinstance(langs, str):
         langs = langs.split(",")
     if langs is not None:
@@ -221,16 +229,19 @@ def _config(langs, num_langs, selection, direction, vocab_size, valid_size, test
         raise ValueError(f"unknown selection '{selection}': choose one of {', '.join(SELECTIONS)}")
     if direction not in DIRECTIONS:
         raise ValueError(f"unknown direction '{direction}': choose one of {', '.join(DIRECTIONS)}")
-    for name, v, low in [("num_langs", num_langs, 1), ("max_train_per_lang", max_train_per_lang, 1),
-                         ("vocab_size", vocab_size, 16), ("valid_size", valid_size, 0),
-                         ("test_size", test_size, 0), ("min_pairs", min_pairs, 1)]:
-        if v is not None and v < low:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {v}")
-    return dict(langs=langs, num_langs=num_langs,
-                selection=selection, direction=direction, vocab_size=vocab_size,
-                valid_size=valid_size, test_size=test_size,
-                max_train_per_lang=max_train_per_lang, min_pairs=min_pairs,
-                locale_dir=os.path.abspath(locale_dir))
+    for name, value in [("num_langs", num_langs), ("max_train_per_lang", max_train_per_lang),
+                        ("vocab_size", vocab_size), ("valid_size", valid_size), ("test_size", test_size),
+                        ("min_pairs", min_pairs), ("zero_shot_size", zero_shot_size),
+                        ("zero_shot_min_size", zero_shot_min_size)]:
+        RANGES[name].check(flag(name), value)
+    cfg = dict(langs=langs, num_langs=num_langs,
+               selection=selection, direction=direction, vocab_size=vocab_size,
+               valid_size=valid_size, test_size=test_size,
+               max_train_per_lang=max_train_per_lang, min_pairs=min_pairs,
+               locale_dir=os.path.abspath(locale_dir))
+    if zero_shot_spec:  # only then: a corpus built without zero-shot sets keeps its config
+        cfg.update(zero_shot=zero_shot_spec, zero_shot_size=zero_shot_size, zero_shot_min_size=zero_shot_min_size)
+    return cfg
 
 
 def _resolve_languages(cfg, workers):
@@ -269,17 +280,21 @@ def _resolve_languages(cfg, workers):
 
 def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", direction="o2m",
                     vocab_size=8000, valid_size=200, test_size=TEST_SIZE, max_train_per_lang=None,
-                    min_pairs=500, locale_dir="/usr/share/locale", workers=1, force=False):
+                    min_pairs=500, locale_dir="/usr/share/locale", workers=1, force=False, zero_shot_spec=None,
+                    zero_shot_size=zero_shot.SIZE, zero_shot_min_size=zero_shot.MIN_SIZE):
     """Build the gettext corpus in ``out_dir`` and return its manifest.
 
     ``langs`` (codes, list or comma string) or ``num_langs`` picked by ``selection``; neither:
     all eligible languages. Writes manifest.json, langs.txt, lang_pairs.txt,
     raw/{split}.{src}-{tgt}.{lang}, spm.model/spm.vocab, spm/{split}.{src}-{tgt}.{lang} and
     bin/ (fairseq mmap data, joint bin/dict.txt and bin/dict.{lang}.txt per language).
+    ``zero_shot_spec`` (``all``, languages or directions): also valid and test sets of those
+    non-English directions, at most ``zero_shot_size`` sentences each (``data.zero_shot``).
     Built in ``out_dir.tmp-<pid>`` and renamed at the end; an existing build with the same config
     is returned as is."""
+    RANGES["workers"].check("--workers", workers)
     cfg = _config(langs, num_langs, selection, direction, vocab_size, valid_size, test_size,
-                  max_train_per_lang, min_pairs, locale_dir)
+                  max_train_per_lang, min_pairs, locale_dir, zero_shot_spec, zero_shot_size, zero_shot_min_size)
     out_dir = os.path.abspath(out_dir)
     old = corpus_build.existing_build(out_dir, cfg, force)
     if old is not None:
@@ -291,6 +306,8 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
               for c, (p, _) in loaded.items()}
     check_no_leak(splits)
     lang_pairs = direction_pairs(languages, direction)
+    if zero_shot_spec:
+        zero_shot.directions(zero_shot_spec, languages)  # a bad spec fails before any work
 
     with corpus_build.building(out_dir) as tmp:
         counts = {s: {} for s in SPLITS}
@@ -307,8 +324,17 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
                 counts[split][pair] = len(rows)
                 present[pair][split] = bool(rows)
 
+        stored, extra = list(lang_pairs), {}
+        if zero_shot_spec:  # test-only directions, joined on the held-out English strings
+            held_out = {c: split_language(p, len(p), len(p), max_train_per_lang) for c, (p, _) in loaded.items()}
+            pairs, zs_present, zs_counts, extra = zero_shot.add_test_directions(
+                tmp, held_out, zero_shot_spec, languages, zero_shot_size, zero_shot_min_size)
+            stored += pairs
+            present.update(zs_present)
+            for split, n in zs_counts.items():
+                counts[split].update(n)
         sp = train_spm(tmp, splits, vocab_size)
-        corpus_build.encode_and_binarize(tmp, lang_pairs, present, workers)
+        corpus_build.encode_and_binarize(tmp, stored, present, workers)
         all_langs = [PIVOT] + languages
         manifest = {
             "version": 1, "pivot": PIVOT, "languages": languages, "langs": all_langs,
@@ -320,7 +346,7 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
             "split": {"hash": "sha1(english) % 1000", "valid_buckets": [0, VALID_BUCKETS],
                       "test_buckets": [VALID_BUCKETS, VALID_BUCKETS + TEST_BUCKETS]},
             "config": cfg, "spm_model": "spm.model", "vocab_size": sp.get_piece_size(),
-            "dict": "bin/dict.txt", "data_bin": "bin",
+            "dict": "bin/dict.txt", "data_bin": "bin", **extra,
         }
         corpus_build.finish(tmp, manifest, all_langs, lang_pairs)
     return manifest
@@ -338,29 +364,38 @@ def add_subcommand(subparsers):
     p.add_argument("--out", help="output directory (required unless --list)")
     p.add_argument("--langs", help="comma-separated language codes, e.g. fr,de,sr_latin "
                    "(locale dir name with @ -> _)")
-    p.add_argument("--num-langs", type=int, help="number of languages to pick by --selection; "
+    p.add_argument("--num-langs", type=RANGES["num_langs"].of(int), help="number of languages to pick by --selection; "
                    "with neither --langs nor --num-langs: all eligible languages")
     p.add_argument("--selection", choices=SELECTIONS, default="largest",
                    help="with --num-langs: the N largest, or N spread evenly over the size ranks "
                    "from high to low resource (default: %(default)s)")
     p.add_argument("--direction", choices=DIRECTIONS, default="o2m",
                    help="o2m: en->xx, m2o: xx->en, both: both (default: %(default)s)")
-    p.add_argument("--vocab-size", type=int, default=8000,
+    p.add_argument("--vocab-size", type=RANGES["vocab_size"].of(int), default=8000,
                    help="joint SentencePiece vocabulary size (default: %(default)s)")
-    p.add_argument("--valid-size", type=int, default=200,
+    p.add_argument("--valid-size", type=RANGES["valid_size"].of(int), default=200,
                    help="max valid pairs per direction (default: %(default)s)")
-    p.add_argument("--test-size", type=int, default=TEST_SIZE,
+    p.add_argument("--test-size", type=RANGES["test_size"].of(int), default=TEST_SIZE,
                    help="max test pairs per direction; fewer where the test hash buckets hold fewer; the "
                    "training data and the SentencePiece model do not depend on it (default: %(default)s)")
-    p.add_argument("--max-train-per-lang", type=int,
+    p.add_argument("--max-train-per-lang", type=RANGES["max_train_per_lang"].of(int),
                    help="cap on training pairs per language (default: no cap)")
-    p.add_argument("--min-pairs", type=int, default=500, help="languages with fewer cleaned "
+    p.add_argument("--min-pairs", type=RANGES["min_pairs"].of(int), default=500, help="languages with fewer cleaned "
                    "pairs are not eligible (default: %(default)s)")
     p.add_argument("--locale-dir", default="/usr/share/locale",
                    help="gettext catalogue root (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=1, help="processes/threads for reading, "
+    p.add_argument("--workers", type=RANGES["workers"].of(int), default=1, help="processes/threads for reading, "
                    "encoding and binarization; the output does not depend on it "
                    "(default: %(default)s)")
+    p.add_argument("--zero-shot", dest="zero_shot", metavar="SPEC",
+                   help="also build valid and test sets of non-English (zero-shot) directions, none of whose "
+                   "sentences occurs in training: 'all' (every ordered pair of the selected languages), languages "
+                   "(fr,nb,th: every ordered pair among them) or directions (fr-nb,th-sr); evaluate them with "
+                   "`langshare evaluate --directions` (docs/data.md, 'Zero-shot directions')")
+    p.add_argument("--zero-shot-size", type=RANGES["zero_shot_size"].of(int), default=zero_shot.SIZE,
+                   help="max sentences per zero-shot direction in valid and in test (default: %(default)s)")
+    p.add_argument("--zero-shot-min-size", type=RANGES["zero_shot_min_size"].of(int), default=zero_shot.MIN_SIZE,
+                   help="leave out a zero-shot direction with fewer test sentences (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--list", action="store_true",
                    help="print the eligible language codes with their pair counts and exit")
@@ -381,5 +416,6 @@ def _run(args):
         direction=args.direction, vocab_size=args.vocab_size, valid_size=args.valid_size,
         test_size=args.test_size, max_train_per_lang=args.max_train_per_lang,
         min_pairs=args.min_pairs, locale_dir=args.locale_dir, workers=args.workers,
-        force=args.force)
+        force=args.force, zero_shot_spec=args.zero_shot, zero_shot_size=args.zero_shot_size,
+        zero_shot_min_size=args.zero_shot_min_size)
     return 0

@@ -10,14 +10,13 @@ that share a sentence with any held-out set of that language are then removed
 (``corpus_build.PairCleaner``): no held-out sentence occurs in any training direction.
 
 :func:`add_test_only_directions` writes directions that have valid/test data and no training
-data (zero-shot directions), for ``prepare-data``'s given test-only files and for held-out sets
-built by joining catalogues on held-out sentences.
+data (zero-shot directions): ``prepare-data``'s given test-only files.
 """
 
 import heapq
 import os
 
-from .corpus_build import fingerprint, read_lines, write_pair_files
+from .corpus_build import fingerprint, write_pair_files
 
 HELDOUT_MAX_SHARE = 0.05  # a carved valid or test set takes at most this share of a direction's pairs
 
@@ -70,37 +69,20 @@ def carve_sizes(n_pairs, valid_size, test_size, share=HELDOUT_MAX_SHARE):
     return min(valid_size, cap), min(test_size, cap)
 
 
-def sentence_fingerprints(tmp, split, pairs, into=None):
-    """{lang: set of fingerprints} of every sentence in raw/{split}.{pair}.{lang} of ``pairs``."""
-    into = {} if into is None else into
-    for pair in pairs:
-        for lang in pair.split("-"):
-            path = os.path.join(tmp, "raw", f"{split}.{pair}.{lang}")
-            if os.path.exists(path):
-                into.setdefault(lang, set()).update(fingerprint(line) for line in read_lines(path))
-    return into
-
-
-def add_test_only_directions(tmp, rows, exclude=None):
+def add_test_only_directions(tmp, rows):
     """Write test-only (zero-shot) directions into the corpus under construction ``tmp``.
 
-    ``rows``: {a-b: {split: [(a sentence, b sentence)]}} with split valid or test (never train).
-    ``exclude``: {lang: set of fingerprints} of sentences that must not occur in these sets (e.g.
-    :func:`sentence_fingerprints` of the training data): a pair with a side among them is dropped.
-    Returns ({a-b: {split: pairs written}}, {a-b: pairs dropped}); directions and splits left
-    without a pair are not written. The caller lists the directions as ``zero_shot_pairs`` in its
-    manifest, keeps them out of lang_pairs.txt and binarizes them with the rest
-    (``corpus_build.encode_and_binarize``)."""
-    exclude = exclude or {}
-    counts, dropped = {}, {}
+    ``rows``: {a-b: {split: [(a sentence, b sentence)]}} with split valid or test (never train);
+    splits without a pair are not written. Returns {a-b: {split: pairs written}}. The caller lists
+    the directions as ``zero_shot_pairs`` in its manifest, keeps them out of lang_pairs.txt, keeps
+    their sentences out of training (``corpus_build.add_heldout`` and ``PairCleaner``) and binarizes
+    them with the rest (``corpus_build.encode_and_binarize``)."""
+    counts = {}
     for pair, splits in rows.items():
         a, b = pair.split("-")
         if a == b or "train" in splits:
             raise ValueError(f"test-only direction {pair}: needs two languages and valid/test data only")
         for split, pairs in splits.items():
-            kept = [(x, y) for x, y in pairs
-                    if fingerprint(x) not in exclude.get(a, ()) and fingerprint(y) not in exclude.get(b, ())]
-            dropped[pair] = dropped.get(pair, 0) + len(pairs) - len(kept)
-            if kept:
-                counts.setdefault(pair, {})[split] = write_pair_files(tmp, split, pair, kept)
-    return counts, dropped
+            if pairs:
+                counts.setdefault(pair, {})[split] = write_pair_files(tmp, split, pair, pairs)
+    return counts

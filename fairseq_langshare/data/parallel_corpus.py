@@ -20,6 +20,7 @@ import sys
 
 from tqdm import tqdm
 
+from ..option_ranges import Range, flag
 from . import corpus_build as cb
 from . import heldout, parallel_files
 from .parallel_files import InputError
@@ -28,6 +29,12 @@ SPLITS = cb.SPLITS
 DEFAULTS = dict(valid_size=500, test_size=1000, min_chars=1, max_chars=1000, max_ratio=9.0, vocab_size=8000,
                 spm_sentences=300_000, spm_temperature=5.0)
 NORMALIZATION = "nfc+control+whitespace"
+RANGES = dict(  # each flag's valid values, for the command line and for library callers alike
+    valid_size=Range(0, why="valid pairs per direction"), test_size=Range(0, why="test pairs per direction"),
+    min_chars=Range(1, why="characters"), max_chars=Range(1, why="characters"),
+    max_ratio=Range(1, why="a ratio of lengths, longer over shorter"), vocab_size=Range(16, why="SentencePiece pieces"),
+    spm_sentences=Range(1, why="sentences"), spm_temperature=Range(0, low_open=True, why="a sampling temperature"),
+    workers=Range(1, why="processes"))
 
 
 # ----------------------------------------------------------------------------- checks
@@ -50,15 +57,11 @@ def check_out(out_dir, inputs, found):
 
 
 def _config(found, spm_model, **flags):
-    for name, low in (("valid_size", 0), ("test_size", 0), ("min_chars", 1), ("max_chars", 1), ("max_ratio", 1),
-                      ("vocab_size", 16), ("spm_sentences", 1)):
-        if flags[name] < low:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {flags[name]}")
+    for name, value in flags.items():
+        RANGES[name].check(flag(name), value)
     if flags["max_chars"] < flags["min_chars"]:
         raise ValueError(f"--max-chars {flags['max_chars']} is below --min-chars {flags['min_chars']}; "
                          "pass max >= min")
-    if not flags["spm_temperature"] > 0:
-        raise ValueError(f"--spm-temperature must be > 0, got {flags['spm_temperature']}")
     if spm_model is not None:
         cb.check_spm_model(spm_model)
     cfg = dict(flags, normalization=NORMALIZATION, spm_model=os.path.abspath(spm_model) if spm_model else None,
@@ -165,8 +168,7 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     inputs = [os.fspath(i) for i in inputs]
-    if workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {workers}")
+    RANGES["workers"].check("--workers", workers)
     out_dir = os.path.abspath(out_dir)
     found = parallel_files.discover(inputs)
     check_out(out_dir, inputs, found)
@@ -268,7 +270,7 @@ def _write_held_out(tmp, trained, test_only, read, pivot, valid_size, test_size)
         how[d] = {s: "given" for s in read[d]["given"]}
         for rows in splits.values():
             cb.add_heldout(sentences, d, rows)
-    for d, c in heldout.add_test_only_directions(tmp, test_only_rows)[0].items():
+    for d, c in heldout.add_test_only_directions(tmp, test_only_rows).items():
         for split, n in c.items():
             counts[split][d] = n
     return counts, how, sentences
@@ -302,30 +304,30 @@ def add_subcommand(subparsers):
                    help="SRC-TGT.tsv, SPLIT.SRC-TGT.tsv, SPLIT.SRC-TGT.SRC + SPLIT.SRC-TGT.TGT (optionally .gz/.xz), "
                    "or a directory of such files")
     p.add_argument("--out", required=True, help="output directory (new, empty, or a corpus this command wrote)")
-    p.add_argument("--valid-size", type=int, default=DEFAULTS["valid_size"],
+    p.add_argument("--valid-size", type=RANGES["valid_size"].of(int), default=DEFAULTS["valid_size"],
                    help="valid pairs held out per direction without a given valid file, at most 5%% of its pairs "
                    "(default: %(default)s)")
-    p.add_argument("--test-size", type=int, default=DEFAULTS["test_size"],
+    p.add_argument("--test-size", type=RANGES["test_size"].of(int), default=DEFAULTS["test_size"],
                    help="test pairs held out per direction without a given test file, at most 5%% of its pairs "
                    "(default: %(default)s)")
-    p.add_argument("--min-chars", type=int, default=DEFAULTS["min_chars"],
+    p.add_argument("--min-chars", type=RANGES["min_chars"].of(int), default=DEFAULTS["min_chars"],
                    help="training pairs with a shorter side (characters, after normalisation) are dropped "
                    "(default: %(default)s)")
-    p.add_argument("--max-chars", type=int, default=DEFAULTS["max_chars"],
+    p.add_argument("--max-chars", type=RANGES["max_chars"].of(int), default=DEFAULTS["max_chars"],
                    help="training pairs with a longer side are dropped (default: %(default)s)")
-    p.add_argument("--max-ratio", type=float, default=DEFAULTS["max_ratio"],
+    p.add_argument("--max-ratio", type=RANGES["max_ratio"].of(float), default=DEFAULTS["max_ratio"],
                    help="training pairs whose longer side has more than this many times the characters of the "
                    "shorter are dropped (default: %(default)s)")
-    p.add_argument("--vocab-size", type=int, default=DEFAULTS["vocab_size"],
+    p.add_argument("--vocab-size", type=RANGES["vocab_size"].of(int), default=DEFAULTS["vocab_size"],
                    help="joint SentencePiece (unigram) vocabulary size (default: %(default)s)")
-    p.add_argument("--spm-sentences", type=int, default=DEFAULTS["spm_sentences"],
+    p.add_argument("--spm-sentences", type=RANGES["spm_sentences"].of(int), default=DEFAULTS["spm_sentences"],
                    help="SentencePiece training sample size, drawn over languages with --spm-temperature; bounds "
                    "the memory of that step (default: %(default)s)")
-    p.add_argument("--spm-temperature", type=float, default=DEFAULTS["spm_temperature"],
+    p.add_argument("--spm-temperature", type=RANGES["spm_temperature"].of(float), default=DEFAULTS["spm_temperature"],
                    help="temperature T of the sample: language l gets a share ~ (n_l / N)^(1/T) "
                    "(default: %(default)s)")
     p.add_argument("--spm-model", help="reuse this SentencePiece model instead of training one")
-    p.add_argument("--workers", type=int, default=1,
+    p.add_argument("--workers", type=RANGES["workers"].of(int), default=1,
                    help="processes, one direction each; the output does not depend on it (default: %(default)s)")
     p.add_argument("--force", action="store_true",
                    help="rebuild a corpus this command wrote whose inputs or flags changed")

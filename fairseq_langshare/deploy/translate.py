@@ -21,6 +21,8 @@ from typing import Iterable, List, Optional
 from tqdm import tqdm
 
 from .ctranslate2_export import SPM_NAME, DeployError, read_manifest, require_ctranslate2
+from ..option_ranges import Range
+from ..tasks.interactive_input import check_input_file, decodable
 
 __all__ = ["PairTranslator", "add_subcommand"]
 
@@ -108,17 +110,27 @@ def split_lines(text: str) -> List[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def read_input(path: Optional[str]) -> List[str]:
+    """The lines to translate: an ``--input`` file that is not UTF-8 is refused (naming the line, the byte and the
+    fix); on stdin, bytes that are not UTF-8 are replaced by U+FFFD with a warning naming the line, as
+    ``fairseq-interactive`` does, so that every other line is still translated."""
+    if path and path != "-":
+        check_input_file(path)
+        with open(path, encoding="utf-8", newline="") as f:
+            return split_lines(f.read())
+    stdin = getattr(sys.stdin, "buffer", None)  # bytes: no newline translation of a lone "\r"
+    text = stdin.read().decode(sys.stdin.encoding or "utf-8", "surrogateescape") if stdin is not None \
+        else sys.stdin.read()
+    return [decodable(line, number) for number, line in enumerate(split_lines(text), 1)]
+
+
 def _run(args) -> int:
-    if args.beam < 1 or args.batch_size < 1 or args.threads < 1:
-        raise ValueError("--beam, --batch-size and --threads must be at least 1")
+    if args.max_len_a == 0 and args.max_len_b == 0:
+        raise ValueError("--max-len-a 0 with --max-len-b 0 leaves no target token: pass --max-len-b 1 or more "
+                         "(fairseq-generate's default is 200)")
+    require_ctranslate2()
+    lines = read_input(args.input)  # before the model loads: a bad --input file is refused at once
     translator = PairTranslator(args.model_dir, device=args.device, threads=args.threads)
-    if args.input:
-        with open(args.input, encoding="utf-8", newline="") as f:
-            lines = split_lines(f.read())
-    else:
-        stdin = getattr(sys.stdin, "buffer", None)  # bytes: no newline translation of a lone "\r"
-        lines = split_lines(stdin.read().decode(sys.stdin.encoding or "utf-8", sys.stdin.errors or "strict")
-                            if stdin is not None else sys.stdin.read())
     chunk = max(args.batch_size * 32, 1024)  # sorted by length within a chunk; output streams chunk by chunk
     bar = tqdm(total=len(lines), unit="sent", file=sys.stderr, desc="translating",
                disable=args.quiet or len(lines) < PROGRESS_MIN_LINES)
@@ -141,15 +153,19 @@ def add_subcommand(subparsers) -> None:
                     "in input order. Decoding settings follow fairseq-generate's (same flags, same defaults).",
     )
     parser.add_argument("model_dir", help="directory written by langshare export --format ctranslate2")
-    parser.add_argument("--input", help="text file to translate (default: stdin)")
-    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default %(default)s)")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads per batch (default %(default)s)")
+    parser.add_argument("--input", help="text file to translate (default, or -: stdin)")
+    parser.add_argument("--beam", type=Range(1, why="hypotheses kept per step; 1 is greedy").of(int),
+                        default=4, help="beam size; 1 is greedy (default %(default)s)")
+    parser.add_argument("--batch-size", type=Range(1, why="sentences per batch").of(int),
+                        default=32, help="sentences per batch (default %(default)s)")
+    parser.add_argument("--threads", type=Range(1, why="CPU threads").of(int),
+                        default=1, help="CPU threads per batch (default %(default)s)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="(default %(default)s)")
-    parser.add_argument("--lenpen", type=float, default=1.0,
+    parser.add_argument("--lenpen", type=Range(why="fairseq-generate's exponent").of(float), default=1.0,
                         help="length penalty as fairseq-generate's --lenpen (default %(default)s)")
-    parser.add_argument("--max-len-a", type=float, default=0.0,
+    parser.add_argument("--max-len-a", type=Range(0, why="target tokens per source token").of(float), default=0.0,
                         help="at most a * source length + b target tokens, as fairseq-generate (default %(default)s)")
-    parser.add_argument("--max-len-b", type=int, default=200, help="see --max-len-a (default %(default)s)")
+    parser.add_argument("--max-len-b", type=Range(0, why="target tokens").of(int),
+                        default=200, help="see --max-len-a (default %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     parser.set_defaults(func=_run)

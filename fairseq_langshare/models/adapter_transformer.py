@@ -19,7 +19,6 @@ weights, freeze them and train only the adapters. ``export_state_dict`` extracts
 """
 
 import logging
-import os
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -36,8 +35,10 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
+from ..checkpoint_safety import require_checkpoint
 from ..languages import decode_inventory
 from ..modules.adapters import Adapter, AdapterBank, LanguagePairTable
+from ..option_ranges import Range
 from .langshare_transformer import small_preset, tiny_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
@@ -68,7 +69,8 @@ class AdapterSingleConfig(TransformerConfig):
                 "adapters after the encoder layers only"})
     adapter_bottleneck: int = field(default=128, metadata={
         "help": "bottleneck size b of every adapter (d -> b -> d); the LSL paper's Table 1 uses 128, 256 and 512 with "
-                "d = 512 (default 128; the _small preset uses 32, _tiny 8)"})
+                "d = 512 (default 128; the _small preset uses 32, _tiny 8)",
+        "range": Range(1, why="the adapter's hidden units")})
 
 
 @dataclass
@@ -86,6 +88,7 @@ class AdapterTransformerConfig(AdapterSingleConfig):
                 "config by --adapter-finetune-from so the base stays frozen when the checkpoint is reloaded"})
 
 
+_FINETUNE_FROM = "the .pt file the baseline training wrote (e.g. checkpoints/checkpoint_best.pt)"
 METHOD_FIELDS = ("adapter_placement", "adapter_bottleneck", "adapter_pairs", "adapter_finetune_from", "adapter_frozen_base")
 
 
@@ -221,6 +224,7 @@ class AdapterTransformerModel(LanguageAwareTransformerModel):
                 _set(args, "adapter_pairs", ",".join(pairs))
         finetune_from = getattr(args, "adapter_finetune_from", None)
         if finetune_from:
+            require_checkpoint(finetune_from, "--adapter-finetune-from", _FINETUNE_FROM)  # before anything is built
             _set(args, "adapter_frozen_base", True)  # the saved config keeps the base frozen on reload
         model = super().build_model(args, task)
         if placement.startswith("pair"):
@@ -302,9 +306,7 @@ def freeze_base(model) -> None:
 
 def load_base_weights(model, path: str, langs: List[str]) -> None:
     """Copy a trained baseline checkpoint into every non-adapter weight of ``model``, exactly."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--adapter-finetune-from {path}: no such checkpoint; pass the .pt file the baseline "
-                                "training wrote (e.g. checkpoints/checkpoint_best.pt)")
+    require_checkpoint(path, "--adapter-finetune-from", _FINETUNE_FROM)
     source = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
     stored = source.get("lang_inventory")
     if stored is not None and decode_inventory(stored) and decode_inventory(stored) != list(langs):

@@ -47,6 +47,7 @@ from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_l
 from ..modules.scaled_logits import scaled_from_state
 from ..modules.schedules import set_given_options
 from ..modules.sparse_scores import CATEGORIES, REDUCTIONS, SPARSITY_TYPES, RoutedLinear, SparseScorer, inference_tables
+from ..option_ranges import Range, check_ranges
 from .langshare_transformer import size_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
@@ -55,6 +56,9 @@ from .latent_depth_transformer import TrainedLanguagesByCode, reorder_walk, trai
 logger = logging.getLogger(__name__)
 
 SINGLE_MODEL = "adaptive_sparse_single"
+_BUDGET = Range(0, why="a budget (0: half, rounded up; at most the stack's layers, heads or blocks)")
+_T_BAR = Range(0, why="T-bar is a number of updates")
+_WEIGHT = Range(0, why="a loss weight (0 switches the term off)")
 STACK_NAMES = {"encoder": "enc", "decoder": "dec"}
 STACK_SIDES = {"encoder": "src", "decoder": "tgt"}
 
@@ -65,46 +69,61 @@ class AdaptiveSparseTransformerConfig(TransformerConfig):
         "help": "sparsity types, any comma-separated combination of attn (heads, Eq. 5), ffn (FFN blocks, Eq. 6) and "
                 "layer (Eq. 7)"})
     sparse_ffn_blocks: int = field(default=4, metadata={
-        "help": "K: blocks the FFN inner dimension is cut into (must divide --encoder/decoder-ffn-embed-dim)"})
+        "help": "K: blocks the FFN inner dimension is cut into (must divide --encoder/decoder-ffn-embed-dim)",
+        "range": Range(1, why="FFN blocks per layer")})
     sparse_encoder_keep_layers: int = field(default=0, metadata={
-        "help": "D': encoder layers each source language keeps (0: half of --encoder-layers, rounded up)"})
+        "help": "D': encoder layers each source language keeps (0: half of --encoder-layers, rounded up)",
+        "range": _BUDGET})
     sparse_decoder_keep_layers: int = field(default=0, metadata={
-        "help": "D': decoder layers each target language keeps (0: half of --decoder-layers, rounded up)"})
+        "help": "D': decoder layers each target language keeps (0: half of --decoder-layers, rounded up)",
+        "range": _BUDGET})
     sparse_encoder_keep_heads: int = field(default=0, metadata={
-        "help": "H': heads per encoder layer each source language keeps (0: half, rounded up)"})
+        "help": "H': heads per encoder layer each source language keeps (0: half, rounded up)",
+        "range": _BUDGET})
     sparse_decoder_keep_heads: int = field(default=0, metadata={
-        "help": "H': heads per decoder layer each target language keeps (0: half, rounded up)"})
+        "help": "H': heads per decoder layer each target language keeps (0: half, rounded up)",
+        "range": _BUDGET})
     sparse_head_dim: int = field(default=0, metadata={
         "help": "size of every attention head (0: embed_dim / attention_heads, fairseq's). With --sparse-types attn, "
                 "heads wider than that let the H' kept heads match a dense model's attention width, e.g. at d = 128 "
-                "5 heads of 32 with 4 kept (q/k/v project to 160, each language runs 128; docs/adaptive_sparse.md)"})
+                "5 heads of 32 with 4 kept (q/k/v project to 160, each language runs 128; docs/adaptive_sparse.md)",
+        "range": Range(0, why="the size of a head (0: fairseq's)")})
     sparse_encoder_keep_blocks: int = field(default=0, metadata={
-        "help": "K': FFN blocks per encoder layer each source language keeps (0: half of K, rounded up)"})
+        "help": "K': FFN blocks per encoder layer each source language keeps (0: half of K, rounded up)",
+        "range": _BUDGET})
     sparse_decoder_keep_blocks: int = field(default=0, metadata={
-        "help": "K': FFN blocks per decoder layer each target language keeps (0: half of K, rounded up)"})
+        "help": "K': FFN blocks per decoder layer each target language keeps (0: half of K, rounded up)",
+        "range": _BUDGET})
     sparse_t_bar: Optional[int] = field(default=None, metadata={
         "help": "T-bar of Algorithm 1: updates of phase 1 (CE + c_s L_s); top-k selection from then on "
-                "(default: a 32nd of --max-update: phase 1 damps every component, docs/adaptive_sparse.md)"})
+                "(default: a 32nd of --max-update: phase 1 damps every component, docs/adaptive_sparse.md)",
+        "range": _T_BAR})
     sparse_layer_t_bar: Optional[int] = field(default=None, metadata={
         "help": "T-bar of the layer scores (--sparse-types layer): the update from which each language's layers are "
                 "chosen (default: --sparse-t-bar when that is given, else an eighth of --max-update: a layer chosen "
                 "before the cross entropy has ranked the layers splits the stack's data at random, "
-                "docs/adaptive_sparse.md)"})
-    sparse_tau: float = field(default=1.0, metadata={"help": "Gumbel-softmax temperature of the scores"})
+                "docs/adaptive_sparse.md)", "range": _T_BAR})
+    sparse_tau: float = field(default=1.0, metadata={
+        "help": "Gumbel-softmax temperature of the scores",
+        "range": Range(0, low_open=True, why="the Gumbel-softmax temperature must be positive")})
     sparse_logit_init: float = field(default=3.0, metadata={
         "help": "initial logit mu of every component: score sigmoid(value); 3 (0.95) starts from the standard "
                 "Transformer (every score 1, Eq. 7); 0 is the prior 1/2, which scales each FFN block by 1/4 at the "
-                "start (beta enters W1 and W2, Eq. 6)"})
-    sparse_cs: float = field(default=0.1, metadata={"help": "c_s: weight of the sparsity loss (Eq. 8), phase 1"})
-    sparse_cd: float = field(default=0.02, metadata={"help": "c_d: weight of the disparity loss (Eq. 9), phase 2"})
-    sparse_ct: float = field(default=0.1, metadata={"help": "c_t: weight of the top-k loss (Eq. 10), phase 2"})
+                "start (beta enters W1 and W2, Eq. 6)", "range": Range(why="a logit")})
+    sparse_cs: float = field(default=0.1, metadata={"help": "c_s: weight of the sparsity loss (Eq. 8), phase 1",
+                                                    "range": _WEIGHT})
+    sparse_cd: float = field(default=0.02, metadata={"help": "c_d: weight of the disparity loss (Eq. 9), phase 2",
+                                                     "range": _WEIGHT})
+    sparse_ct: float = field(default=0.1, metadata={"help": "c_t: weight of the top-k loss (Eq. 10), phase 2",
+                                                    "range": _WEIGHT})
     sparse_loss_reduction: ChoiceEnum(REDUCTIONS) = field(default="mean", metadata={
         "help": "mean: L_s, L_d, L_t averaged over languages (pairs for L_d) and components, so c_s/c_d/c_t weigh one "
                 "component against one token's cross entropy at any size; sum: Eq. 8-10 literally (they then grow "
                 "with languages x components)"})
     sparse_logit_lr_scale: float = field(default=30.0, metadata={
         "help": "the logits mu are this scale times their parameter, so Adam moves them this many times faster than "
-                "the weights (modules/scaled_logits.py); 1: plain parameters"})
+                "the weights (modules/scaled_logits.py); 1: plain parameters",
+        "range": Range(0, low_open=True, why="a learning-rate multiplier (1: none)")})
 
 
 SPARSE_FIELDS = tuple(name for name in AdaptiveSparseTransformerConfig.__dataclass_fields__ if name.startswith("sparse_"))
@@ -127,7 +146,9 @@ def budgets(cfg, stack: str) -> Dict[str, int]:
 
 
 def validate(cfg) -> None:
-    """One line naming the problem and the fix for every bad option."""
+    """One line naming the problem and the fix for every option whose valid values depend on other options (the
+    range of each option on its own is declared with the option: ``option_ranges``)."""
+    check_ranges(cfg, AdaptiveSparseTransformerConfig)
     types = sparse_types(cfg)
     if not types or any(t not in SPARSITY_TYPES for t in types) or len(set(types)) != len(types):
         raise ValueError(f"--sparse-types {cfg.sparse_types!r}: give a comma-separated subset of "
@@ -149,21 +170,12 @@ def validate(cfg) -> None:
                 raise ValueError(f"--sparse-{stack}-keep-{category} {value} is outside 1..{totals[category]} (the "
                                  f"{category} of a {stack} {'stack' if category == 'layers' else 'layer'}); pass a "
                                  "budget within it (0: half)")
-    if cfg.sparse_head_dim < 0 or (cfg.sparse_head_dim and "attn" not in types):
+    if cfg.sparse_head_dim and "attn" not in types:
         raise ValueError(f"--sparse-head-dim {cfg.sparse_head_dim}: a head size > 0 that --sparse-types attn selects "
                          "heads of (without attn it would only widen every attention); add attn, or pass 0")
-    if not cfg.sparse_logit_lr_scale > 0:
-        raise ValueError(f"--sparse-logit-lr-scale {cfg.sparse_logit_lr_scale}: the scale must be positive (1: none)")
-    if cfg.sparse_tau <= 0:
-        raise ValueError(f"--sparse-tau {cfg.sparse_tau}: the Gumbel-softmax temperature must be positive")
-    for flag in ("cs", "cd", "ct"):
-        if getattr(cfg, f"sparse_{flag}") < 0:
-            raise ValueError(f"--sparse-{flag} {getattr(cfg, f'sparse_{flag}')} is negative: a loss weight must be >= 0")
-    if cfg.sparse_t_bar is None or cfg.sparse_t_bar < 0:
-        raise ValueError(f"--sparse-t-bar {cfg.sparse_t_bar}: T-bar must be a number of updates >= 0 (pass "
-                         "--sparse-t-bar N, or --max-update for its default of a 32nd of the run)")
-    if cfg.sparse_layer_t_bar is not None and cfg.sparse_layer_t_bar < 0:
-        raise ValueError(f"--sparse-layer-t-bar {cfg.sparse_layer_t_bar}: T-bar must be a number of updates >= 0")
+    if cfg.sparse_t_bar is None:
+        raise ValueError("--sparse-t-bar: no T-bar (pass --sparse-t-bar N, or --max-update for its default of a "
+                         "32nd of the run)")
     if cfg.checkpoint_activations or cfg.offload_activations:
         raise ValueError("--checkpoint-activations is not supported by adaptive_sparse_transformer (its scores "
                          "travel outside the layer call); train without it")
@@ -650,11 +662,13 @@ def export_pair_state(state_dict, model_cfg, src_id: int, tgt_id: int):
 class AdaptiveSparseSingleConfig(TransformerConfig):
     sparse_single_encoder_heads: int = field(default=0, metadata={
         "help": "heads of every encoder attention (q/k/v project to heads x head_dim, head_dim = "
-                "encoder_embed_dim / encoder_attention_heads); 0: all"})
+                "encoder_embed_dim / encoder_attention_heads); 0: all", "range": Range(0, why="heads (0: all)")})
     sparse_single_decoder_heads: int = field(default=0, metadata={
-        "help": "heads of every decoder self- and cross-attention (as for the encoder); 0: all"})
+        "help": "heads of every decoder self- and cross-attention (as for the encoder); 0: all",
+        "range": Range(0, why="heads (0: all)")})
     sparse_single_head_dim: int = field(default=0, metadata={
-        "help": "head size of every attention (--sparse-head-dim of the full model); 0: embed_dim / attention_heads"})
+        "help": "head size of every attention (--sparse-head-dim of the full model); 0: embed_dim / attention_heads",
+        "range": Range(0, why="the size of a head (0: fairseq's)")})
 
 
 def reshape_heads(attention: MultiheadAttention, heads: int, head_dim: int, initialise: bool = False):

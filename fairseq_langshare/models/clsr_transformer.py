@@ -36,6 +36,7 @@ from ..modules.auxiliary import AuxiliaryReporter
 from ..modules.clsr import ClsrUnit, LanguageProjections
 from ..modules.language_specific_layer import reorder_modules
 from ..modules.schedules import set_given_options
+from ..option_ranges import Range
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
 from .langshare_transformer import small_preset, tiny_preset
 
@@ -53,11 +54,18 @@ class ClsrTransformerConfig(TransformerConfig):
         "top-bottom: LS on every sub-layer of the first and last layer of both stacks; dedicated: LS "
         "on the sub-layers of --clsr-dedicated; ls-encoder-output: one LS projection on the encoder "
         "output, no gates (the LS model of Zhang et al. 2020b)")})
-    clsr_budget: float = field(default=0.3, metadata={"help": "budget p in [0, 1]: target share of open gates (Eq. 6)"})
-    clsr_budget_weight: float = field(default=1.0, metadata={"help": "weight of |open-gate ratio - p|; 0 trains 'CLSR w/o p'"})
-    clsr_gate_dim: int = field(default=128, metadata={"help": "hidden size d_g of the gate network (Eq. 5)"})
-    clsr_max_noise: float = field(default=5.0, metadata={"help": "alpha at the end of its linear ramp (Eq. 5)"})
-    clsr_noise_ramp_updates: int = field(default=0, metadata={"help": "updates over which alpha grows from 0 to --clsr-max-noise; 0: --max-update"})
+    clsr_budget: float = field(default=0.3, metadata={"help": "budget p in [0, 1]: target share of open gates (Eq. 6)",
+                                                      "range": Range(0, 1, why="p is the share of open gates")})
+    clsr_budget_weight: float = field(default=1.0, metadata={
+        "help": "weight of |open-gate ratio - p|; 0 trains 'CLSR w/o p'",
+        "range": Range(0, why="a loss weight (0 switches the budget off; below 0 it rewards leaving the budget)")})
+    clsr_gate_dim: int = field(default=128, metadata={"help": "hidden size d_g of the gate network (Eq. 5)",
+                                                      "range": Range(1, why="the gate network's hidden units")})
+    clsr_max_noise: float = field(default=5.0, metadata={"help": "alpha at the end of its linear ramp (Eq. 5)",
+                                                         "range": Range(0, why="the scale of the gate noise")})
+    clsr_noise_ramp_updates: int = field(default=0, metadata={
+        "help": "updates over which alpha grows from 0 to --clsr-max-noise; 0: --max-update",
+        "range": Range(0, why="a number of updates (0: --max-update)")})
     clsr_lang_proj: LANG_PROJ = field(default="stack", metadata={"help": "stack: one W_lang per language for the whole encoder and one for the decoder (the paper); sublayer: one per sub-layer"})
     clsr_encoder_lang: SIDES = field(default="src", metadata={"help": "language indexing encoder W_lang (tgt for one-to-many, as the paper)"})
     clsr_decoder_lang: SIDES = field(default="tgt", metadata={"help": "language indexing decoder W_lang (src for many-to-one, as the paper)"})
@@ -260,9 +268,6 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
 
     @classmethod
     def build_model(cls, args, task):
-        budget = float(getattr(args, "clsr_budget", 0.3))
-        if not 0.0 <= budget <= 1.0:
-            raise ValueError(f"--clsr-budget {budget} is outside [0, 1]: p is the share of open gates")
         given = [] if getattr(args, "clsr_noise_ramp_updates", 0) in (0, None) else ["--clsr-noise-ramp-updates"]
         if not given:
             # alpha grows over the whole run (the authors' setting); without --max-update the
@@ -283,6 +288,7 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
     def check_training_run(self, args) -> None:
         """Options a training run would otherwise ignore (called by the task when a run starts, not
         when a checkpoint is decoded, so checkpoints saved with them still load)."""
+        super().check_training_run(args)
         dedicated, variant = getattr(args, "clsr_dedicated", ""), str(getattr(args, "clsr_variant", "clsr"))
         if dedicated and variant != "dedicated":
             raise ValueError(f"--clsr-dedicated {dedicated} needs --clsr-variant dedicated (it is --clsr-variant "

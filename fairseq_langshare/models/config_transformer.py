@@ -23,6 +23,8 @@ from fairseq.models.transformer import (
 from fairseq.models.transformer.transformer_legacy import base_architecture
 from omegaconf import OmegaConf, open_dict
 
+from ..option_ranges import check_ranges
+
 __all__ = ["ConfigTransformerModel"]
 
 
@@ -37,10 +39,13 @@ class ConfigTransformerModel(TransformerModel):
 
     @classmethod
     def config_from_args(cls, args):
-        """``config_class`` from the flat args, after filling what an older config or the preset left out."""
+        """``config_class`` from the flat args, after filling what an older config or the preset left out; an
+        option outside its declared range is refused (``option_ranges``)."""
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
-        return cls.config_class.from_namespace(args)
+        cfg = cls.config_class.from_namespace(args)
+        check_ranges(cfg, cls.config_class)
+        return cfg
 
     @classmethod
     def build_model(cls, args, task):

@@ -21,6 +21,7 @@ class LangshareTransformerConfig(TransformerConfig):
 @register_model("langshare_transformer")
 class LangshareTransformerModel(LanguageAwareTransformerModel):
     config_class = LangshareTransformerConfig
+    leaves_parameters_unused = False  # every step trains every parameter
 
 
 @register_model_architecture("langshare_transformer", "langshare_transformer")

@@ -24,8 +24,10 @@ from omegaconf import OmegaConf, open_dict
 from torch import Tensor
 
 from ..languages import LanguageInventory, decode_inventory, decode_settings, encode_inventory
+from ..modules.activation_checkpointing import replace_fairseq_checkpointing
 from ..modules.auxiliary import collect_auxiliary
 from ..modules.routing import LanguageIds
+from ..option_ranges import check_contradictions
 from .config_transformer import ConfigTransformerModel
 
 logger = logging.getLogger(__name__)
@@ -51,6 +53,11 @@ class LanguageAwareEncoder(TransformerEncoderBase):
         self.languages = LanguageIds()
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
 
+    def build_encoder_layer(self, cfg):
+        """fairseq's layer, checkpointed (--checkpoint-activations) so that DDP can search it for
+        unused parameters (``modules/activation_checkpointing.py``)."""
+        return replace_fairseq_checkpointing(super().build_encoder_layer(cfg))
+
     def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
                 token_embeddings: Optional[Tensor] = None, src_lang_id: Optional[Tensor] = None,
                 tgt_lang_id: Optional[Tensor] = None):
@@ -75,6 +82,10 @@ class LanguageAwareDecoder(TransformerDecoderBase):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
 
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        """fairseq's layer, checkpointed as the encoder's."""
+        return replace_fairseq_checkpointing(super().build_decoder_layer(cfg, no_encoder_attn))
+
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
                          full_context_alignment=False, alignment_layer=None, alignment_heads=None):
         """The target language of each row comes from ``encoder_out`` (reordered with beam
@@ -95,6 +106,9 @@ class LanguageAwareTransformerModel(ConfigTransformerModel):
     config_class = TransformerConfig
     encoder_class = LanguageAwareEncoder
     decoder_class = LanguageAwareDecoder
+    # a training step can leave parameters unused (an absent language's, unselected components):
+    # distributed training then searches for them (``data_parallel``)
+    leaves_parameters_unused = True
 
     def __init__(self, args, encoder, decoder):
         super().__init__(args, encoder, decoder)
@@ -123,6 +137,11 @@ class LanguageAwareTransformerModel(ConfigTransformerModel):
         return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
                             alignment_layer=alignment_layer, alignment_heads=alignment_heads,
                             src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+
+    def check_training_run(self, args) -> None:
+        """Called by the task when a training run starts (not when a checkpoint is decoded): options that
+        contradict each other (``only_with`` in ``config_class``) are refused."""
+        check_contradictions(self.cfg, self.config_class)
 
     # --- auxiliary losses -------------------------------------------------------------
     def auxiliary_outputs(self):

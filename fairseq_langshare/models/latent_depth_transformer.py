@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
-import torch.utils.checkpoint
 from fairseq.dataclass import ChoiceEnum
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
@@ -29,10 +28,12 @@ from fairseq.models.transformer.transformer_legacy import base_architecture
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from omegaconf import OmegaConf, open_dict
 
+from ..modules.activation_checkpointing import checkpoint
 from ..modules.latent_layers import (KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_from_state,
                                      resolve_keep_rule)
 from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_layer_on_rows
 from ..modules.schedules import set_given_options
+from ..option_ranges import OnlyWith, Range, check_ranges
 from .langshare_transformer import size_preset
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
 
@@ -43,6 +44,8 @@ SIDES = ChoiceEnum(["src", "tgt"])
 PRIOR_CHOICES = ChoiceEnum(list(PRIORS))
 KEEP_CHOICES = ChoiceEnum(["auto", *KEEP_RULES])
 STACK_NAMES = {"encoder": "enc", "decoder": "dec"}
+_TAU, _WEIGHT, _UPDATES = ("the Gumbel-softmax temperature must be positive",
+                           "a loss weight (0 switches the term off)", "a number of updates")
 
 
 @dataclass
@@ -54,42 +57,55 @@ class LatentDepthTransformerConfig(TransformerConfig):
     latent_decoder_lang: SIDES = field(default="tgt", metadata={
         "help": "language whose posterior selects the decoder layers of a sentence"})
     latent_logit_init: float = field(default=0.0, metadata={
-        "help": "initial selection logit of every layer and language: q(z=1) = sigmoid(value); 0 is the prior mean 1/2"})
-    latent_tau_start: float = field(default=1.0, metadata={"help": "Gumbel-softmax temperature tau at update 0 (Eq. 5)"})
+        "help": "initial selection logit of every layer and language: q(z=1) = sigmoid(value); 0 is the prior mean 1/2",
+        "range": Range(why="a logit")})
+    latent_tau_start: float = field(default=1.0, metadata={"help": "Gumbel-softmax temperature tau at update 0 (Eq. 5)",
+                                                           "range": Range(0, low_open=True, why=_TAU)})
     latent_tau_end: float = field(default=0.1, metadata={
-        "help": "tau at the end of its geometric annealing (equal to --latent-tau-start: constant)"})
+        "help": "tau at the end of its geometric annealing (equal to --latent-tau-start: constant)",
+        "range": Range(0, low_open=True, why=_TAU)})
     latent_tau_anneal_updates: Optional[int] = field(default=None, metadata={
         "help": "updates over which tau goes from --latent-tau-start to --latent-tau-end (default: the sampling phase, "
-                "i.e. --latent-commit-updates, or --max-update when training never commits)"})
+                "i.e. --latent-commit-updates, or --max-update when training never commits)",
+        "range": Range(0, why=_UPDATES)})
     latent_prior: PRIOR_CHOICES = field(default="uniform", metadata={
         "help": "prior of the KL term (Eq. 7): uniform (Beta(1,1)) or aggregated (the posterior averaged over languages)"})
     latent_kl_weight: float = field(default=1.0, metadata={
         "help": "beta: weight of KL(q || prior) (averaged over layers) relative to the per-token cross entropy, reached "
-                "after the annealing"})
+                "after the annealing", "range": Range(0, why=_WEIGHT)})
     latent_kl_anneal_updates: Optional[int] = field(default=None, metadata={
         "help": "updates over which beta grows linearly from 0 to --latent-kl-weight (default: a third of the sampling "
-                "phase; 0: no annealing)"})
+                "phase; 0: no annealing)", "range": Range(0, why=_UPDATES)})
     latent_target_depth_weight: float = field(default=0.1, metadata={
-        "help": "lambda: weight of the target-depth loss L_K = |sum_l u_l - K| (Eq. 8)"})
+        "help": "lambda: weight of the target-depth loss L_K = |sum_l u_l - K| (Eq. 8)",
+        "range": Range(0, why=_WEIGHT)})
     latent_encoder_target_depth: int = field(default=0, metadata={
-        "help": "K for the encoder's latent layers (0: no target-depth loss)"})
+        "help": "K for the encoder's latent layers (0: no target-depth loss)",
+        "range": Range(0, why="layers of the encoder (at most --encoder-layers; 0: no target-depth loss)"),
+        "only_with": OnlyWith("latent_layers", ("encoder", "both"), why="the encoder has no latent layers")})
     latent_decoder_target_depth: int = field(default=0, metadata={
-        "help": "K for the decoder's latent layers (0: no target-depth loss)"})
+        "help": "K for the decoder's latent layers (0: no target-depth loss)",
+        "range": Range(0, why="layers of the decoder (at most --decoder-layers; 0: no target-depth loss)"),
+        "only_with": OnlyWith("latent_layers", ("decoder", "both"), why="the decoder has no latent layers")})
     latent_selection_update_period: int = field(default=1, metadata={
-        "help": "I of Algorithm 2: the selection logits learn from every I-th update only (1: joint training)"})
+        "help": "I of Algorithm 2: the selection logits learn from every I-th update only (1: joint training)",
+        "range": Range(1, why="I of Algorithm 2 (1 updates the selection logits at every update)")})
     latent_keep: KEEP_CHOICES = field(default="auto", metadata={
         "help": "inference rule per language: threshold (keep layer l when q(z_l=1) >= --latent-keep-threshold), "
                 "top-k (keep the K most probable layers, K = the stack's --latent-*-target-depth) or auto (top-k for a "
                 "stack with a target depth, threshold otherwise)"})
     latent_keep_threshold: float = field(default=0.5, metadata={
-        "help": "selection probability from which a layer is kept at inference (--latent-keep threshold)"})
+        "help": "selection probability from which a layer is kept at inference (--latent-keep threshold)",
+        "range": Range(0, 1, why="it is a selection probability")})
     latent_commit_updates: Optional[int] = field(default=None, metadata={
         "help": "update from which training runs the pruned network inference runs: the keep decision is frozen, "
                 "nothing is sampled and the logits stop learning (default: a 32nd of --max-update, chosen on valid "
-                "data: docs/latent_depth.md; 0: never)"})
+                "data: docs/latent_depth.md; 0: never)",
+        "range": Range(0, why="the update from which training runs the pruned network (0: never commit)")})
     latent_logit_lr_scale: float = field(default=10.0, metadata={
         "help": "the selection logits are scale * theta, so they learn scale times faster than the weights under Adam "
-                "(1: the paper's joint training; see docs/latent_depth.md for why the CPU-sized runs need more)"})
+                "(1: the paper's joint training; see docs/latent_depth.md for why the CPU-sized runs need more)",
+        "range": Range(0, low_open=True, why="a learning-rate multiplier (1: the logits learn at the weights' rate)")})
 
 
 LATENT_FIELDS = tuple(name for name in LatentDepthTransformerConfig.__dataclass_fields__ if name.startswith("latent_"))
@@ -105,7 +121,9 @@ def latent_stacks(model_cfg) -> List[str]:
 
 
 def validate(cfg) -> None:
-    """One line naming the problem and the fix for every bad option."""
+    """One line naming the problem and the fix for every option whose valid values depend on other options (the
+    range of each option on its own is declared with the option: ``option_ranges``)."""
+    check_ranges(cfg, LatentDepthTransformerConfig)
     stacks = latent_stacks(cfg)
     for stack in stacks:
         if not getattr(cfg, stack).normalize_before:
@@ -119,28 +137,9 @@ def validate(cfg) -> None:
         if str(cfg.latent_keep) == "top-k" and stack in stacks and k == 0:
             raise ValueError(f"--latent-keep top-k keeps the K = --latent-{stack}-target-depth most probable layers; "
                              f"set --latent-{stack}-target-depth K (or use --latent-keep threshold)")
-    if not 0.0 <= cfg.latent_keep_threshold <= 1.0:
-        raise ValueError(f"--latent-keep-threshold {cfg.latent_keep_threshold} is outside [0, 1]: it is a selection "
-                         "probability")
-    if cfg.latent_tau_start <= 0 or cfg.latent_tau_end <= 0:
-        raise ValueError(f"--latent-tau-start {cfg.latent_tau_start} / --latent-tau-end {cfg.latent_tau_end}: the "
-                         "Gumbel-softmax temperature must be positive")
-    for flag, value in (("--latent-kl-weight", cfg.latent_kl_weight),
-                        ("--latent-target-depth-weight", cfg.latent_target_depth_weight)):
-        if value < 0:
-            raise ValueError(f"{flag} {value} is negative: a loss weight must be >= 0 (0 switches the term off)")
     if cfg.offload_activations:
         raise ValueError("--offload-activations is not supported with latent layers (they checkpoint activations "
                          "with torch's own checkpoint); use --checkpoint-activations alone")
-    if cfg.latent_logit_lr_scale <= 0:
-        raise ValueError(f"--latent-logit-lr-scale {cfg.latent_logit_lr_scale} must be positive (1: the logits learn "
-                         "at the weights' rate)")
-    if (cfg.latent_commit_updates or 0) < 0:
-        raise ValueError(f"--latent-commit-updates {cfg.latent_commit_updates} is negative: pass the update from which "
-                         "training runs the pruned network, or 0 to never commit")
-    if cfg.latent_selection_update_period < 1:
-        raise ValueError(f"--latent-selection-update-period {cfg.latent_selection_update_period}: I must be >= 1 "
-                         "(1 updates the selection logits at every update)")
 
 
 def default_commit_updates(max_update: int) -> int:
@@ -210,7 +209,7 @@ def make_selector(cfg, stack: str) -> Optional[LayerSelector]:
 
 def _wrap_like_fairseq(layer, cfg):
     """What fairseq's build_*_layer does after building a layer (FSDP). Activation checkpointing
-    happens inside the layer (``LatentLayerMixin._run``): fairseq's re-entrant checkpoint would not
+    happens inside the layer (``LatentLayerMixin._with_z``): fairseq's re-entrant checkpoint would not
     carry z's gradient back to the selection logits."""
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
 
@@ -241,9 +240,9 @@ class LatentLayerMixin:
         self.__dict__["_subset"].reorder(incremental_state, new_order)
 
     def _with_z(self, z, run):
-        if z is None:  # inference: a kept layer is a plain pre-norm layer (z = 1)
-            return run()
-
+        """``run()`` with the layer's outputs scaled by ``z`` (None: z = 1, at inference and from the
+        commit on), its activations recomputed in the backward pass under --checkpoint-activations
+        (before and after the commit; non-reentrant: z's gradient reaches the logits)."""
         def call():
             self.__dict__["_z"] = z
             try:
@@ -252,8 +251,8 @@ class LatentLayerMixin:
                 self.__dict__["_z"] = None
 
         if self.checkpoint_activations and self.training and torch.is_grad_enabled():
-            return torch.utils.checkpoint.checkpoint(call, use_reentrant=False)  # z's gradient reaches the logits
-        return call()
+            return checkpoint(call)
+        return run() if z is None else call()
 
     def _run(self, x, run, skipped, on_rows=None, incremental_state=None):
         """``run()`` the layer on every row, ``on_rows(rows)`` on some (None: cannot), or

@@ -30,6 +30,7 @@ from fairseq.models.transformer.transformer_legacy import base_architecture
 from fairseq.modules import LayerNorm
 from omegaconf import OmegaConf, open_dict
 
+from ..checkpoint_safety import require_checkpoint
 from ..languages import decode_inventory
 from ..modules.language_specific_layer import (
     COPIES,
@@ -211,6 +212,9 @@ class LSLTransformerModel(LanguageAwareTransformerModel):
             base_architecture(args)
         cfg = cls.config_class.from_namespace(args)
         cfg.lsl_plan = make_plan(cfg, len(inventory))  # validated before anything is built
+        if cfg.lsl_dense_init:
+            require_checkpoint(cfg.lsl_dense_init, "--lsl-dense-init",
+                               "the checkpoint of the dense pre-training run (e.g. its checkpoint_best.pt)")
         model = super(TransformerModel, cls).build_model(cfg, task)  # fairseq's TransformerModelBase
         if cfg.lsl_dense_init:
             dense_initialize(model, cfg.lsl_dense_init, inventory.langs, cfg.lsl_plan)

@@ -24,6 +24,7 @@ than the weights, so that a CPU-sized run can move them as far as the paper's lo
 per forward call, reports the loss terms and statistics, and tells each layer what to do.
 """
 
+import logging
 import warnings
 from typing import List, Optional, Sequence
 
@@ -37,24 +38,38 @@ from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_from_state, scaled_value, set_scaled_value
 from .schedules import ScheduledModule, exponential_ramp, keep_horizons, linear_ramp
 
-__all__ = ["gumbel_sigmoid", "bernoulli_kl", "kl_to_prior", "target_depth_loss", "keep_table", "LayerSelector",
-           "keep_from_state", "resolve_keep_rule", "alpha_from_state", "undecided_share", "PRIORS", "KEEP_RULES", "RUN", "SKIP",
-           "DECISIVE"]
+__all__ = ["gumbel_sigmoid", "gumbel_logits", "bernoulli_kl", "kl_to_prior", "target_depth_loss", "keep_table",
+           "LayerSelector", "keep_from_state", "resolve_keep_rule", "alpha_from_state", "undecided_share", "PRIORS",
+           "KEEP_RULES", "RUN", "SKIP", "DECISIVE"]
 
 PRIORS = ("uniform", "aggregated")
 KEEP_RULES = ("threshold", "top-k")
 DECISIVE = 0.9  # a posterior is decided when q(z_l = 1) >= DECISIVE or <= 1 - DECISIVE
 RUN, SKIP = "run", "skip"  # what a layer does at inference (or a (1, B, 1) mask of the rows that keep it)
 _EPS = 1e-6
+logger = logging.getLogger(__name__)
+
+
+def _first_rank() -> bool:
+    """Whether this process logs for the job: a single process, or rank 0 of a distributed one."""
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
 def gumbel_sigmoid(logits: Tensor, tau: float) -> Tensor:
     """Eq. 5 for the two outcomes {skip, select}: ``sigmoid((alpha + g1 - g0) / tau)`` with
     g0, g1 ~ Gumbel(0, 1). The difference of two Gumbels is Logistic(0, 1), drawn here as
     ``log u - log(1 - u)``; samples lie in [0, 1] and become discrete as tau -> 0."""
+    return torch.sigmoid(gumbel_logits(logits, tau))
+
+
+def gumbel_logits(logits: Tensor, tau: float) -> Tensor:
+    """The argument of ``gumbel_sigmoid``'s sigmoid, ``(alpha + g1 - g0) / tau``: ``F.logsigmoid`` of it is
+    log s, finite where s itself rounds to 0 or 1."""
     u = torch.rand_like(logits, dtype=torch.float32).clamp_(_EPS, 1.0 - _EPS)
     noise = torch.log(u) - torch.log1p(-u)
-    return torch.sigmoid((logits.float() + noise) / tau)
+    return (logits.float() + noise) / tau
 
 
 def bernoulli_kl(log_q1: Tensor, log_q0: Tensor, p1: Tensor) -> Tensor:
@@ -238,6 +253,28 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
             self.committed.fill_(True)
         self.logits.requires_grad_(False)
         self._cache.clear()
+        message = self.unkept_layers_message()
+        if message and _first_rank():
+            logger.warning(message)
+
+    def unkept_layers_message(self) -> Optional[str]:
+        """One line naming the layers (1-based) no trained language keeps in the committed decision,
+        or None when every layer is kept by some language."""
+        keep = self.committed_keep[self.trained_languages]
+        unkept = (~keep.any(0)).nonzero().flatten().tolist() if keep.numel() else []
+        if not unkept:
+            return None
+        layers = ", ".join(str(i + 1) for i in unkept)
+        text = (f"latent depth committed at update {self.num_updates}: {self.name} layer{'s' if len(unkept) > 1 else ''} "
+                f"{layers} (of {self.num_layers}) {'are' if len(unkept) > 1 else 'is'} kept by no language, so "
+                f"{'they train' if len(unkept) > 1 else 'it trains'} no more and decoding skips "
+                f"{'them' if len(unkept) > 1 else 'it'} (the weights stay in the checkpoint)")
+        if keep.size(0) > 1 and bool((keep == keep[:1]).all()):
+            kept = ", ".join(str(i + 1) for i in keep[0].nonzero().flatten().tolist()) or "none"
+            share = undecided_share(self.alpha(), self.trained_languages)
+            text += (f"; every language keeps the same layers ({kept}): {share:.0%} of the selection posteriors were "
+                     "undecided at the commit (docs/latent_depth.md, \"When to commit\")")
+        return text
 
     # --- per forward call --------------------------------------------------------------------
     def _derived(self, name: str, compute):

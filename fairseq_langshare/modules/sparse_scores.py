@@ -3,7 +3,9 @@ scores for attention heads (alpha, Eq. 5), FFN blocks (beta, Eq. 6) and layers (
 
 Every language l has a logit mu per component; its score ``s = gumbel_sigmoid(mu, tau)`` (the
 binary Gumbel-softmax of ``modules/latent_layers.py``: one implementation) is drawn once per
-language and component per forward call, and every sentence takes the draws of its language.
+language and component per forward call, and every sentence takes the draws of its language. The
+sparsity loss takes log s from ``logsigmoid`` of the same argument, so its gradient stays finite
+where a sampled score rounds to 0 or 1 (``xlogy(s, s)`` gave NaN there, at small tau).
 
 * Phase 1 (``num_updates < T-bar``): components are scaled by ``s``; loss ``c_s L_s`` (Eq. 8).
 * Phase 2 (from T-bar on): binary masks ``m`` keep the top-k scores of each category (H' heads
@@ -47,7 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
-from .latent_layers import gumbel_sigmoid, mark_languages
+from .latent_layers import gumbel_logits, mark_languages
 from .routing import MissingLanguageIds, route_by_language, same_ids
 from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_value
@@ -68,10 +70,14 @@ def topk_mask(scores: Tensor, k: int) -> Tensor:
     return torch.zeros_like(scores).scatter_(-1, order, 1.0)
 
 
-def sparsity_loss(s: Tensor) -> Tensor:
-    """Eq. 8: sum_l sum_i s_li (log s_li - log 0.5), s (L, N) (0 log 0 = 0)."""
+def sparsity_loss(s: Tensor, log_s: Optional[Tensor] = None) -> Tensor:
+    """Eq. 8: sum_l sum_i s_li (log s_li - log 0.5), s (L, N). Training passes ``log_s``, computed from the
+    logits (``F.logsigmoid``): finite for every score, so the gradient is too. Without it (values only) log s
+    comes from s, with 0 log 0 = 0."""
     s = s.float()
-    return (torch.xlogy(s, s) - s * math.log(0.5)).sum()
+    if log_s is None:
+        return (torch.xlogy(s, s) - s * math.log(0.5)).sum()
+    return (s * (log_s.float() - math.log(0.5))).sum()
 
 
 def disparity_loss(s: Tensor) -> Tensor:
@@ -86,12 +92,14 @@ def topk_loss(s: Tensor, m: Tensor) -> Tensor:
 
 
 def reduced_losses(phase: Union[int, Dict[str, int]], scores: Dict[str, Tensor],
-                   masks: Optional[Dict[str, Tensor]] = None, reduction: str = "mean") -> Dict[str, Tensor]:
+                   masks: Optional[Dict[str, Tensor]] = None, reduction: str = "mean",
+                   log_scores: Optional[Dict[str, Tensor]] = None) -> Dict[str, Tensor]:
     """The auxiliary terms on each category's (L, N_c) scores (and masks in phase 2), by the category's
     phase (one for all, or per category): phase 1 ``{"sparsity": L_s}``, phase 2 ``{"disparity":
     L_d(m * s), "topk": L_t(s, m)}``, each term summed over the categories it applies to. ``reduction``
     "sum" is Eq. 8-10 literally; "mean" divides each category's sum by its number of terms (L N_c, or
-    P N_c pairs for L_d; see the module docstring)."""
+    P N_c pairs for L_d; see the module docstring). ``log_scores``: log s per category for L_s
+    (``sparsity_loss``)."""
     if reduction not in REDUCTIONS:
         raise ValueError(f"sparse loss reduction {reduction!r}: use one of {', '.join(REDUCTIONS)}")
     totals = {}
@@ -100,7 +108,7 @@ def reduced_losses(phase: Union[int, Dict[str, int]], scores: Dict[str, Tensor],
         per_lang = 1.0 if reduction == "sum" else float(langs * n)
         per_pair = 1.0 if reduction == "sum" else float(max(langs * (langs - 1) // 2, 1) * n)
         if (phase[category] if isinstance(phase, dict) else phase) == 1:
-            terms = {"sparsity": sparsity_loss(s) / per_lang}
+            terms = {"sparsity": sparsity_loss(s, (log_scores or {}).get(category)) / per_lang}
         else:
             m = masks[category]
             terms = {"disparity": disparity_loss(m * s) / per_pair, "topk": topk_loss(s, m) / per_lang}
@@ -272,10 +280,11 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
     def _sample(self, lang_ids: Tensor) -> Dict[str, Tensor]:
         trained = self.trained_languages
         phases = {category: self.phase(category) for category in self.categories()}
-        scores, masks, used = {}, {}, {}
+        scores, log_scores, masks, used = {}, {}, {}, {}
         for category in self.categories():
-            s = gumbel_sigmoid(self.logits(category), self.tau)  # one draw per language and component
-            scores[category] = s
+            x = gumbel_logits(self.logits(category), self.tau)  # one draw per language and component
+            s = scores[category] = torch.sigmoid(x)
+            log_scores[category] = F.logsigmoid(x)
             if phases[category] == 2:
                 masks[category] = topk_mask(s, self.keep[category])
                 used[category] = masks[category] * s
@@ -283,7 +292,7 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
                 used[category] = s
         flat = lambda table: {c: t[trained].flatten(1) for c, t in table.items()}  # (L, N_c) each
         weights = {"sparsity": self.c_s, "disparity": self.c_d, "topk": self.c_t}
-        losses = reduced_losses(phases, flat(scores), flat(masks), self.reduction)
+        losses = reduced_losses(phases, flat(scores), flat(masks), self.reduction, flat(log_scores))
         for term, value in losses.items():
             self.report_loss(f"{term}_{self.name}", value, weights[term])
         self.report_stat("sparse_phase", sum(phases.values()) / len(phases))  # 1 or 2; between while layers wait

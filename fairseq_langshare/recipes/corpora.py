@@ -18,6 +18,7 @@ from tqdm import tqdm
 from ..data import corpus_build as cb
 from . import sources as srcs
 from .corpus_specs import CORPORA
+from ..option_ranges import Range
 
 NORMALIZATION = "nfc+control+whitespace"
 DEFAULT_CACHE = os.environ.get("LANGSHARE_CACHE", os.path.expanduser("~/.cache/langshare/corpora"))
@@ -389,13 +390,17 @@ def add_subcommand(subparsers):
                    "the paper uses)")
     p.add_argument("--direction", help="which directions to train: o2m, m2o, both (English-"
                    "centric corpora; default both) or m2m, groups (lsl10; default m2m)")
-    p.add_argument("--vocab-size", type=int, help="override the paper's SentencePiece vocabulary "
+    p.add_argument("--vocab-size", type=Range(16, why="SentencePiece pieces").of(int),
+                   help="override the paper's SentencePiece vocabulary "
                    "size (e.g. a few hundred for tests)")
-    p.add_argument("--spm-sentences", type=int, help="override the size of the SentencePiece "
+    p.add_argument("--spm-sentences", type=Range(1, why="sentences").of(int),
+                   help="override the size of the SentencePiece "
                    "training text (total, or per language for lsl10)")
-    p.add_argument("--max-train-per-pair", type=int, help="cap on training pairs per language "
+    p.add_argument("--max-train-per-pair", type=Range(1, why="training pairs").of(int),
+                   help="cap on training pairs per language "
                    "pair after cleaning (default: no cap)")
-    p.add_argument("--workers", type=int, default=1, help="threads/processes for encoding and "
+    p.add_argument("--workers", type=Range(1, why="threads or processes").of(int),
+                   default=1, help="threads/processes for encoding and "
                    "binarization; the output does not depend on it (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--dry-run", action="store_true", help="print the full sequence of steps and "

@@ -21,6 +21,7 @@ from ..atomic_files import write_text_atomic
 from .experiment_plan import (PAPERS, REAL_GPUS, Corpus, build_config, default_data_dir, default_out_dir,
                               hydra_config, plan_run)
 from .hparams import DIRECTIONS, select_pairs
+from ..option_ranges import Range
 
 
 # ----------------------------------------------------------------------------- hydra yaml
@@ -153,8 +154,9 @@ def add_subcommand(subparsers):
                                                  "(default: runs/recipes/<paper>/<experiment>)")
     run.add_argument("--dry-run", action="store_true", help="print the full command sequence and run nothing")
     run.add_argument("--tiny", action="store_true", help="the _tiny model preset, a few updates, small batches, CPU")
-    run.add_argument("--max-update", type=int, default=None, help="override the number of updates")
-    run.add_argument("--gpus", type=int, default=None,
+    run.add_argument("--max-update", type=Range(1, why="updates").of(int),
+                     default=None, help="override the number of updates")
+    run.add_argument("--gpus", type=Range(1, why="devices").of(int), default=None,
                      help=f"devices to split the paper's batch over (default: {REAL_GPUS}; 1 with --tiny)")
     run.add_argument("--any-corpus", action="store_true", help="allow a corpus other than the experiment's")
     run.set_defaults(func=_run)
@@ -166,7 +168,8 @@ def add_subcommand(subparsers):
 
     av = sub.add_parser("average", help="average the parameters of the last N update checkpoints")
     av.add_argument("save_dir", nargs="?", default=None, help="fairseq --save-dir with checkpoint_<epoch>_<updates>.pt")
-    av.add_argument("--last", type=int, default=5, help="how many of the newest update checkpoints")
+    av.add_argument("--last", type=Range(1, why="checkpoints").of(int),
+                    default=5, help="how many of the newest update checkpoints")
     av.add_argument("--inputs", nargs="+", default=None, help="explicit checkpoint files instead of SAVE_DIR/--last")
     av.add_argument("--out", required=True, help="averaged checkpoint to write")
     av.set_defaults(func=_average)

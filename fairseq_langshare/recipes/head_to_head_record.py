@@ -10,6 +10,12 @@ flags, the validation loss, the package commit, the machine and the wall time.
 scored against (with their sha256), so the significance tests can be redone where the corpus is
 not (``langshare head-to-head --report-only``). The files are gzip with a zero timestamp: the same
 content gives the same bytes.
+
+Writers: ``dump``, ``write_references``, ``provenance``, ``last_validation``; a run's record is
+assembled by ``head_to_head_runs.record_run``, which knows the runs (this module imports none of
+the head-to-head's). Readers: ``read`` (every run), ``read_references`` (checked by sha256) and
+``committed_date`` (the record is dated by its commits, so that a report made from it again is the
+same to the byte).
 """
 
 import gzip
@@ -18,6 +24,7 @@ import io
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,26 +137,72 @@ def write_references(record_dir: str, direction: str, results: Dict) -> None:
         dump(path, refs)
 
 
-def write_run(record_dir: str, run, seconds: Dict[str, float]) -> str:
-    """The record of one evaluated run (``head_to_head_runs.Run``); returns its path."""
-    from ..evaluation import _read_json
-    from .head_to_head_runs import EVALUATE_FLAGS, TRAIN_FLAGS, profile
+# ----------------------------------------------------------------------------- reading the record
+RUN_FILE = re.compile(r"seed(\d+)\.json\.gz")
 
-    results = _read_json(run.results, "results")
-    write_references(record_dir, run.direction, results)
-    record = {
-        "format": FORMAT, "direction": run.direction, "model": run.model.name, "seed": run.seed,
-        "updates": run.updates, "label": run.model.label, "arch": run.model.arch,
-        "model_flags": list(run.model.argv(run.direction)), "reason": run.model.reason,
-        "extra_compute": run.model.extra_compute or None,
-        "train_flags": list(TRAIN_FLAGS) + list(run.train_flags), "evaluate_flags": list(EVALUATE_FLAGS),
-        "corpus": {"path": run.corpus.path, "langs": run.corpus.langs, "lang_pairs": run.corpus.lang_pairs},
-        "profile": profile(run, checkpoint=run.checkpoint),
-        "validation": last_validation(os.path.join(run.dir, "train.log")),
-        "wall_seconds": {k: round(v, 1) for k, v in seconds.items()},
-        "provenance": provenance(),
-        "results": results,
-    }
-    path = run_path(record_dir, run.direction, run.model.name, run.seed)
-    dump(path, record)
-    return path
+
+def read(record_dir: str) -> Dict[str, Dict[str, Dict[int, Dict]]]:
+    """Every run of the record, {direction: {model: {seed: record}}} (sorted); a file whose content
+    names another direction, model or seed than its path is refused."""
+    if not os.path.isdir(record_dir):
+        raise ValueError(f"no head-to-head record in {record_dir}: pass the --record-dir the runs were recorded in "
+                         f"(the head-to-head of record: {RECORD_DIR})")
+    out = {}
+    for direction in sorted(os.listdir(record_dir)):
+        if not os.path.isdir(os.path.join(record_dir, direction)):
+            continue
+        for model in sorted(os.listdir(os.path.join(record_dir, direction))):
+            folder = os.path.join(record_dir, direction, model)
+            if not os.path.isdir(folder):
+                continue
+            for name in os.listdir(folder):
+                match = RUN_FILE.fullmatch(name)
+                if not match:
+                    continue
+                path, seed = os.path.join(folder, name), int(match.group(1))
+                record = load(path)
+                if (record.get("direction"), record.get("model"), record.get("seed")) != (direction, model, seed):
+                    raise ValueError(f"{path} holds the run {record.get('direction')}/{record.get('model')}/seed"
+                                     f"{record.get('seed')}, not the one its path names; restore it from git")
+                out.setdefault(direction, {}).setdefault(model, {})[seed] = record
+    return {d: {m: dict(sorted(seeds.items())) for m, seeds in models.items()} for d, models in out.items()}
+
+
+def read_references(record_dir: str, direction: str) -> Dict[str, Dict]:
+    """{pair: {"sha256", "lines"}} of the direction's references file, each checked against its sha256."""
+    path = references_path(record_dir, direction)
+    if not os.path.isfile(path):
+        raise ValueError(f"{path} is missing: the record's runs of {direction} cannot be tested without the "
+                         f"references they were scored against; restore it from git")
+    refs = load(path)
+    for pair, entry in refs.items():
+        if _sha256_lines(entry["lines"]) != entry["sha256"]:
+            raise ValueError(f"{path}: the reference lines of {pair} do not match their sha256; restore it from git")
+    return refs
+
+
+def committed_date(paths) -> Optional[str]:
+    """The date (YYYY-MM-DD, the committer's) of the newest commit that added or changed one of
+    ``paths``, when every one of them is committed as it is; None when one is not (or git is not
+    there). A shallow clone, which would date them by its one commit, is refused."""
+    paths = [os.path.abspath(p) for p in paths]
+    if not paths:
+        return None
+    cwd = os.path.dirname(paths[0])
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    tracked = git("ls-files", "--full-name", "--", *paths)
+    if tracked is None or len(tracked.splitlines()) != len(set(paths)):
+        return None
+    if git("diff", "--quiet", "HEAD", "--", *paths) is None:  # changed since the last commit
+        return None
+    if (git("rev-parse", "--is-shallow-repository") or "").strip() == "true":
+        raise ValueError("the head-to-head record is dated by its commits, and this clone is shallow (it dates every "
+                         "file by its one commit): run `git fetch --unshallow` first")
+    date = (git("log", "-1", "--format=%cs", "--", *paths) or "").strip()
+    return date or None

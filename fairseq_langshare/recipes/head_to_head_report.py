@@ -1,105 +1,219 @@
-"""The head-to-head's outputs from its evaluated runs: the results JSON (per model: flags,
-parameters, measured inference cost, per-seed scores, seed means, win ratio, pooled p-values), a
-markdown section (rewritten in place between its markers) and one figure (per-direction BLEU
-delta against the baseline, one marker per method, error bars over seeds)."""
+"""The head-to-head's outputs, made from its record alone (``head_to_head_record``): the results
+JSON (per model: flags, parameters, measured inference cost, per-seed scores, seed means, win
+ratio, pooled p-values, each seed's delta and the verdict), a markdown section (rewritten in place
+between its markers), one figure (per-direction BLEU delta against the baseline, one marker per
+method, error bars over seeds) and README's method standings (``head_to_head_standings``).
+
+Nothing is trained, decoded or read from a corpus or a checkpoint: the significance tests run on
+the recorded hypotheses and references, sacrebleu's bootstrap has a fixed seed, the JSON is dated
+by the record's commits and the figure carries no date or version, so the same record gives the
+same bytes (``langshare head-to-head --report-only``).
+"""
 
 import datetime
 import os
 import re
 import shlex
+import statistics
 import sys
 from typing import Dict, List, Optional
 
-from .. import comparison
-from ..atomic_files import check_writable, save_figure_atomic, write_json_atomic, write_text_atomic
-from ..evaluation import _read_json
-from .head_to_head_runs import EVALUATE_FLAGS, TRAIN_FLAGS, Run, equal_cost_problems, profile
-from .head_to_head_models import BASELINE, DIRECTIONS
+from .. import comparison, significance
+from ..atomic_files import check_writable, json_text, write_files_atomic
+from . import head_to_head_record, head_to_head_standings
+from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
+from .head_to_head_runs import FLOPS_TOLERANCE, TRAIN_FLAGS, inference_cost, percent_text, ratio_text
 
 START, END = "<!-- head-to-head: start (written by `langshare head-to-head`) -->", "<!-- head-to-head: end -->"
 METRICS = ("bleu", "chrf")
 MARKERS = "osD^vP*Xh"
+SETTINGS = ("updates", "train_flags", "evaluate_flags")  # the same in every run of a record
 
 
-def collect(runs: List[Run], stream=None) -> Dict[str, Dict[str, List[Run]]]:
-    """{direction: {model: [evaluated runs, by seed]}} on the seeds every model of the direction has
-    evaluated (the comparison pairs seed k with seed k); only directions with a baseline."""
+# ----------------------------------------------------------------------------- the runs reported
+def _model_order(names) -> List[str]:
+    known = [m.name for m in MODELS]
+    return [n for n in known if n in names] + sorted(n for n in names if n not in known)
+
+
+def reported(records: Dict[str, Dict[str, Dict[int, Dict]]]):
+    """({direction: {model: [records, by seed]}}, [runs left out]): per direction, the seeds every
+    recorded model has (the comparison pairs seed k with seed k); only directions with a baseline."""
+    out, left_out = {}, []
+    for direction in [d for d in DIRECTIONS if d in records] + sorted(set(records) - set(DIRECTIONS)):
+        models = records[direction]
+        if BASELINE not in models:
+            left_out += [f"{direction}/{m}/seed{s}" for m in _model_order(models) for s in models[m]]
+            continue
+        common = sorted(set.intersection(*(set(seeds) for seeds in models.values())))
+        left_out += [f"{direction}/{m}/seed{s}" for m in _model_order(models) for s in models[m] if s not in common]
+        if common:
+            out[direction] = {m: [models[m][s] for s in common] for m in _model_order(models)}
+    return out, left_out
+
+
+def _check_settings(records) -> Dict:
+    """The settings every run of the record shares; a record mixing two head-to-heads is refused."""
+    first, settings = None, None
+    for direction, models in records.items():
+        for model, seeds in models.items():
+            for seed, record in seeds.items():
+                mine = {k: record[k] for k in SETTINGS}
+                name = f"{direction}/{model}/seed{seed}"
+                if settings is None:
+                    first, settings = name, mine
+                elif mine != settings:
+                    differ = ", ".join(k for k in SETTINGS if mine[k] != settings[k])
+                    raise ValueError(f"the record's runs {first} and {name} differ in {differ}: a record holds one "
+                                     f"head-to-head; record the other one in another --record-dir")
+    for direction, models in records.items():
+        for model, seeds in models.items():
+            flags = {tuple(r["model_flags"]) for r in seeds.values()}
+            pairs = {r["corpus"]["lang_pairs"] for m in models.values() for r in m.values()}
+            if len(flags) > 1 or len(pairs) > 1:
+                raise ValueError(f"the record's runs of {direction}/{model} were trained with other model flags or "
+                                 f"language pairs than each other: a model's seeds must be one configuration; "
+                                 f"record the other one in another --record-dir")
+    return settings
+
+
+# ----------------------------------------------------------------------------- the results JSON
+def _count(values) -> Dict[str, int]:
     out = {}
-    for r in sorted(runs, key=lambda r: r.seed):
-        if r.evaluated:
-            out.setdefault(r.direction, {}).setdefault(r.model.name, []).append(r)
-    for direction, models in out.items():
-        common = set.intersection(*({r.seed for r in seeds} for seeds in models.values()))
-        left_out = [r.name for seeds in models.values() for r in seeds if r.seed not in common]
-        if left_out and stream is not None:
-            print(f"not reported (not every model has that seed evaluated yet): {', '.join(left_out)}", file=stream)
-        out[direction] = {m: [r for r in seeds if r.seed in common] for m, seeds in models.items()}
-    return {d: models for d, models in out.items() if BASELINE in models and models[BASELINE]}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return dict(sorted(out.items()))
 
 
-def _model_entry(name, seeds, cmp, prof):
-    model = seeds[0].model
-    system = cmp["systems"][name]
+def _runs_summary(models: Dict[str, List[Dict]]) -> Dict:
+    """The CPUs and package commits the reported runs of a block ran on, and their wall time."""
+    runs = [r for seeds in models.values() for r in seeds]
+
+    def commit(r):
+        prov = r["provenance"]
+        return (prov.get("package_commit") or "unknown") + (" (with uncommitted changes)" if prov.get("package_dirty")
+                                                            else "")
+    return {"machines": _count(r["provenance"]["machine"]["cpu"] for r in runs),
+            "package_commits": _count(commit(r) for r in runs),
+            "wall_seconds": {k: round(sum(r["wall_seconds"].get(k, 0.0) for r in runs), 1)
+                             for k in ("train", "evaluate")}}
+
+
+def _pooled(system: Dict) -> Dict:
     sig = system.get("significance") or {}
-    pooled = sig.get("pooled") or {}
+    return sig.get("pooled") or {}
+
+
+def _verdicts(pooled: Dict) -> Optional[Dict]:
+    """{metric: verdict, delta, p-value, each seed's delta} of a pooled test, if tested."""
+    return {m: {"verdict": pooled[m]["verdict"], "delta": pooled[m]["seeds_concatenated"]["delta"],
+                "p_value": pooled[m]["seeds_concatenated"]["p_value"], "seed_deltas": pooled[m]["seed_deltas"]}
+            for m in METRICS if m in pooled} or None
+
+
+def _model_entry(name: str, seeds: List[Dict], cmp: Dict, cost: Dict, record_dir: str) -> Dict:
+    first = seeds[0]
+    system = cmp["systems"][name]
+    pooled = _pooled(system)
+    kinds = (system.get("significance") or {}).get("pooled_subsets")
     return {
-        "label": model.label, "arch": model.arch, "flags": list(model.argv(seeds[0].direction)),
-        "reason": model.reason, "extra_compute": model.extra_compute or None,
-        "parameters": prof["parameters"], "inference": prof["inference"],
-        "runs": {str(r.seed): r.dir for r in seeds},
-        "seeds": {str(r.seed): {m: {d: row.get(m) for d, row in _read_json(r.results, "results")["directions"].items()}
-                                for m in METRICS} for r in seeds},
+        "label": first["label"], "arch": first["arch"], "flags": first["model_flags"], "reason": first["reason"],
+        "extra_compute": first["extra_compute"],
+        "parameters": first["profile"]["parameters"], "inference": first["profile"]["inference"],
+        "inference_cost": cost,
+        "records": {str(r["seed"]): os.path.relpath(head_to_head_record.run_path(
+            record_dir, r["direction"], r["model"], r["seed"]), record_dir) for r in seeds},
+        "seeds": {str(r["seed"]): {m: {d: row.get(m) for d, row in r["results"]["directions"].items()}
+                                   for m in METRICS} for r in seeds},
+        "validation": {str(r["seed"]): r["validation"] for r in seeds},
+        "wall_seconds": {str(r["seed"]): r["wall_seconds"] for r in seeds},
         "means": {"directions": system["directions"], "groups": system["averages"]},
         "win_ratio": system.get("win_ratio"),
         "pooled_p_value": {m: pooled[m]["seeds_concatenated"]["p_value"] for m in METRICS if m in pooled} or None,
         "pooled_p_value_per_seed": {m: [t["p_value"] for t in pooled[m]["per_seed"]] for m in METRICS
                                     if m in pooled} or None,
+        "verdict": _verdicts(pooled),
+        # a set with zero-shot directions: the supervised and the zero-shot ones each pooled on its own
+        "verdict_by_kind": {kind: {"directions": row["directions"], **(_verdicts(row) or {})} for kind, row in kinds.items()}
+                           if kinds else None,
     }
 
 
-def build(runs: List[Run], n_samples: int = 1000, stream=None) -> Dict:
-    """The results JSON of every evaluated run."""
-    stream = stream or sys.stdout
-    data = {"generated": datetime.date.today().isoformat(), "updates": runs[0].updates,
-            "seeds": sorted({r.seed for r in runs}), "train_flags": list(TRAIN_FLAGS) + list(runs[0].train_flags),
-            "evaluate_flags": list(EVALUATE_FLAGS), "baseline": BASELINE, "directions": {}}
-    for direction, models in collect(runs, stream).items():
-        named = [(name, _read_json(r.results, "results")) for name, seeds in models.items() for r in seeds]
-        cmp = comparison.compare(named, baseline=BASELINE, metrics=METRICS, n_samples=n_samples)
-        # parameters and inference cost measured on the trained models (first seed)
-        profiles = {name: profile(seeds[0], checkpoint=seeds[0].checkpoint) for name, seeds in models.items()}
-        problems = equal_cost_problems(profiles)
-        for problem in problems:
-            print(f"WARNING: unequal inference cost of a trained model: {problem}", file=stream)
-        first = next(iter(models.values()))[0]
-        data["directions"][direction] = {
-            "generated": data["generated"], "corpus": first.corpus.path, "seeds": [r.seed for r in models[BASELINE]],
-            "directions": cmp["directions"],
-            "equal_inference_cost": not problems, "inference_cost_problems": problems,
-            "models": {name: _model_entry(name, seeds, cmp, profiles[name]) for name, seeds in models.items()},
-            "comparison": cmp,
-        }
-    return data
+def _cost_problems(costs: Dict[str, Dict]) -> List[str]:
+    """What keeps a block from equal inference cost, one line per model."""
+    problems = []
+    for name, cost in costs.items():
+        problems += cost["layers_and_widths"]
+        if any(abs(r - 1) > FLOPS_TOLERANCE for r in cost["flops_ratio"]):
+            more = "more" if max(cost["flops_ratio"]) > 1 else "fewer"
+            problems.append(f"{name}: {ratio_text(cost['flops_ratio'])} the baseline's FLOPs per sentence "
+                            f"({more}, {percent_text(cost['flops_ratio'])})")
+    return problems
 
 
-def keep_other_directions(data: Dict, previous: Dict, stream=None) -> Dict:
-    """``data`` plus the blocks of ``previous`` (the results JSON already written) for directions
-    ``data`` has no runs of, e.g. O2M reported last week when M2O is run today on another machine.
-    Kept only when trained and evaluated with the same settings; otherwise left out, with a warning."""
+def _block(record_dir: str, direction: str, models: Dict[str, List[Dict]], n_samples: int, left_out: List[str],
+           stream) -> Dict:
+    refs = head_to_head_record.read_references(record_dir, direction)
+    named = [(name, r["results"]) for name, seeds in models.items() for r in seeds]
+    print(f"== {direction}: testing {len(models) - 1} models against {BASELINE} on seeds "
+          f"{', '.join(str(r['seed']) for r in models[BASELINE])} ({n_samples} bootstrap resamples)", file=stream,
+          flush=True)
+    cmp = comparison.compare(named, baseline=BASELINE, metrics=METRICS, n_samples=n_samples, references=refs)
+    costs = inference_cost({name: [r["profile"] for r in seeds] for name, seeds in models.items()})
+    paths = [head_to_head_record.run_path(record_dir, r["direction"], r["model"], r["seed"])
+             for seeds in models.values() for r in seeds] + [head_to_head_record.references_path(record_dir, direction)]
+    committed = head_to_head_record.committed_date(paths)
+    first = models[BASELINE][0]
+    problems = _cost_problems(costs)
+    return {
+        "generated": committed or datetime.date.today().isoformat(),
+        "dated_by": "by the newest commit of its records" if committed else
+                    "the day of the report, as the record has runs not committed",
+        "corpus": first["corpus"]["path"], "lang_pairs": first["corpus"]["lang_pairs"],
+        "seeds": [r["seed"] for r in models[BASELINE]],
+        "not_reported": [name for name in left_out if name.startswith(direction + "/")],
+        "runs": _runs_summary(models),
+        "directions": cmp["directions"],
+        "equal_inference_cost": not problems, "inference_cost_problems": problems,
+        "models": {name: _model_entry(name, seeds, cmp, costs[name], record_dir) for name, seeds in models.items()},
+        "comparison": cmp,
+    }
+
+
+def record_path(record_dir: str) -> str:
+    """How the report names the record: relative to the working directory (the repository's root
+    for the head-to-head of record), however it was spelled, so that no machine's path gets in."""
+    return os.path.relpath(os.path.abspath(record_dir))
+
+
+def build(record_dir: str, n_samples: int = significance.DEFAULT_SAMPLES, stream=None) -> Dict:
+    """The results JSON of the record in ``record_dir``: a block per direction whose baseline is
+    recorded, on the seeds every model of the direction has."""
     stream = stream or sys.stdout
-    same = all(previous.get(k) == data[k] for k in ("updates", "train_flags", "evaluate_flags", "baseline"))
-    directions = dict(data["directions"])
-    for direction, block in previous.get("directions", {}).items():
-        if direction in directions:
-            continue
-        if not same:
-            print(f"WARNING: the {direction} block of the previous results was left out: it was trained or evaluated "
-                  f"with other settings (updates, flags or baseline) than this run", file=stream)
-            continue
-        directions[direction] = {"generated": previous.get("generated"), **block}
-    ordered = {d: directions[d] for d in DIRECTIONS if d in directions}  # the only ones plan() accepts
-    return dict(data, directions=ordered,
-                seeds=sorted({s for block in ordered.values() for s in block["seeds"]}))
+    records = head_to_head_record.read(record_dir)
+    if not records:
+        raise ValueError(f"no run recorded in {record_dir} yet: nothing to report")
+    settings = _check_settings(records)
+    models, left_out = reported(records)
+    if left_out:
+        print(f"not reported (not every model of the direction has that seed, or no baseline): {', '.join(left_out)}",
+              file=stream)
+    blocks = {d: _block(record_dir, d, m, n_samples, left_out, stream) for d, m in models.items()}
+    where = record_path(record_dir)
+    return {
+        "generated": max((b["generated"] for b in blocks.values()), default=None),
+        "record": {"dir": where, "format": head_to_head_record.FORMAT,
+                   "command": f"langshare head-to-head --report-only --record-dir {shlex.quote(where)}"},
+        **settings, "baseline": BASELINE,
+        "verdict_rule": f"better (worse) where the paired bootstrap of the seed-concatenated systems gives p < "
+                        f"{significance.ALPHA} and their delta and every seed's delta are above (below) zero; level "
+                        "otherwise",
+        "alpha": significance.ALPHA, "flops_tolerance": FLOPS_TOLERANCE,
+        "bootstrap": {"n_samples": n_samples, "seed": os.environ.get("SACREBLEU_SEED", "12345")},
+        "seeds": sorted({s for b in blocks.values() for s in b["seeds"]}),
+        "not_reported": left_out,
+        "directions": blocks,
+    }
 
 
 # ----------------------------------------------------------------------------- figure
@@ -111,14 +225,14 @@ def seed_deltas(entry: Dict, baseline: Dict, direction: str, metric: str = "bleu
             and baseline["seeds"][s][metric].get(direction) is not None]
 
 
-def draw(data: Dict, path: str, metric: str = "bleu"):
+def draw(data: Dict, metric: str = "bleu"):
     """Per direction, every method's delta against the baseline: mean over seed pairs, error bar
-    one standard deviation over them; one panel per translation direction set."""
-    import statistics
-
+    one standard deviation over them; one panel per translation direction set, a method with the
+    same marker and colour in each. Returns the figure."""
     from ..analysis.figures import new_figure
 
     sets = list(data["directions"])
+    everyone = list(dict.fromkeys(m for block in data["directions"].values() for m in block["models"] if m != BASELINE))
     fig = new_figure(7.5, 3.2 * len(sets))
     for row, name in enumerate(sets):
         block = data["directions"][name]
@@ -134,8 +248,9 @@ def draw(data: Dict, path: str, metric: str = "bleu"):
                     xs.append(i + (k - (len(methods) - 1) / 2) * 0.8 / max(1, len(methods)))
                     ys.append(statistics.fmean(deltas))
                     errs.append(statistics.stdev(deltas) if len(deltas) > 1 else 0.0)
-            ax.errorbar(xs, ys, yerr=errs, fmt=MARKERS[k % len(MARKERS)], capsize=2, markersize=5,
-                        label=block["models"][method]["label"])
+            style = everyone.index(method)
+            ax.errorbar(xs, ys, yerr=errs, fmt=MARKERS[style % len(MARKERS)], color=f"C{style % 10}", capsize=2,
+                        markersize=5, label=block["models"][method]["label"])
         ax.axhline(0.0, color="black", linewidth=0.8)
         sizes = [block["directions"][d].get("train_size") for d in directions]
         ax.set_xticks(range(len(directions)))
@@ -146,8 +261,12 @@ def draw(data: Dict, path: str, metric: str = "bleu"):
                      + (f"(mean over {seeds} seeds, bars: 1 std)" if seeds > 1 else "(1 seed)"), fontsize="medium")
         ax.legend(fontsize="x-small", ncol=3, loc="best")
     fig.tight_layout()
-    save_figure_atomic(fig, path)
-    return path
+    return fig
+
+
+def _png_writer(fig):
+    """Write ``fig`` as PNG without the matplotlib version (the same figure, the same bytes)."""
+    return lambda tmp: fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None})
 
 
 def _thousands(n):
@@ -157,20 +276,55 @@ def _thousands(n):
 
 
 # ----------------------------------------------------------------------------- markdown
-def markdown(data: Dict, figure_rel: str = None) -> str:
-    lines = [START, f"## Head-to-head: every sharing strategy at equal inference cost ({data['generated']})", "",
-             f"`langshare head-to-head` (docs/head_to_head.md): {data['updates']} updates per run, "
-             f"the training settings of `scripts/quality_lib.sh`{_extra_flags(data)}, "
-             f"`langshare evaluate {' '.join(data['evaluate_flags'])}`, "
-             f"paired bootstrap against the baseline with sacrebleu. Parameters and inference cost are measured on the "
-             f"trained models (one sentence per pair, `analysis/inference_cost.py`).", ""]
-    for name, block in data["directions"].items():
-        lines += [f"### {name.upper()}", "", f"Seeds {', '.join(map(str, block['seeds']))}; reported "
-                  f"{block.get('generated') or data['generated']}.", ""]
-        lines += model_table({m: (entry["flags"], entry) for m, entry in block["models"].items()})
-        if not block["equal_inference_cost"]:
-            lines += ["", "**Unequal inference cost:** " + "; ".join(block["inference_cost_problems"])]
-        lines += ["", comparison.comparison_markdown(block["comparison"])]
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h"
+
+
+def _block_intro(block: Dict) -> List[str]:
+    runs = block["runs"]
+    machines = "; ".join(f"{n} on {cpu}" for cpu, n in runs["machines"].items())
+    commits = "; ".join(f"{n} at {commit[:12] if len(commit) == 40 else commit}"
+                        for commit, n in runs["package_commits"].items())
+    lines = [f"Seeds {', '.join(map(str, block['seeds']))} (those every model has); corpus `{block['corpus']}`; "
+             f"dated {block['generated']}, {block['dated_by']}.", "",
+             f"Runs: {machines}; package commit: {commits}; wall time summed over the runs: training "
+             f"{_hours(runs['wall_seconds']['train'])}, evaluation {_hours(runs['wall_seconds']['evaluate'])}."]
+    if block["not_reported"]:
+        lines += ["", "Recorded but not reported (not every model has the seed yet): "
+                  + ", ".join(block["not_reported"]) + "."]
+    return lines + [""]
+
+
+def _cost_sentence(block: Dict) -> str:
+    if block["equal_inference_cost"]:
+        return (f"**Equal inference cost:** every model runs the baseline's layers and widths per sentence, and its "
+                f"FLOPs per sentence are within {FLOPS_TOLERANCE:.0%} of the baseline's (measured on the trained "
+                f"models).")
+    return (f"**Not equal inference cost** (layers, widths, and FLOPs per sentence within {FLOPS_TOLERANCE:.0%} of the "
+            "baseline's, measured on the trained models): " + "; ".join(block["inference_cost_problems"]) + ".")
+
+
+def markdown(data: Dict, figure_rel: Optional[str] = None) -> str:
+    """The results section of ``data`` (the results JSON), between its markers."""
+    lines = [START, f"## Head-to-head: every sharing strategy against the shared baseline "
+                    f"({data['generated'] or 'not yet recorded'})", "",
+             f"`langshare head-to-head` (docs/head_to_head.md), made from its record `{data['record']['dir']}/` by "
+             f"`{data['record']['command']}`: {data['updates']} updates per run, the training settings of "
+             f"`scripts/quality_lib.sh`{_extra_flags(data)}, `langshare evaluate {' '.join(data['evaluate_flags'])}`, "
+             f"sacrebleu's paired bootstrap against `{data['baseline']}` ({data['bootstrap']['n_samples']} resamples, "
+             f"seed {data['bootstrap']['seed']}). **Verdict**: {data['verdict_rule']}. Parameters, layers, widths "
+             "and FLOPs are measured "
+             f"on the trained models (one sentence per pair, `analysis/inference_cost.py`).", ""]
+    for name in list(DIRECTIONS) + [d for d in data["directions"] if d not in DIRECTIONS]:
+        block = data["directions"].get(name)
+        lines += [f"### {name.upper()}", ""]
+        if block is None:
+            lines += ["Not yet recorded.", ""]
+            continue
+        lines += _block_intro(block)
+        lines += model_table({m: (entry["flags"], entry, entry["inference_cost"]["flops_ratio"])
+                              for m, entry in block["models"].items()})
+        lines += ["", _cost_sentence(block), "", comparison.comparison_markdown(block["comparison"])]
     if figure_rel:
         lines += [f"![BLEU delta against the baseline per direction]({figure_rel})", ""]
     return "\n".join(lines).rstrip() + "\n" + END + "\n"
@@ -184,105 +338,70 @@ def _extra_flags(data: Dict) -> str:
 
 
 def model_table(models: Dict[str, tuple]) -> List[str]:
-    """Markdown rows of {name: (flags, profile)} (``head_to_head_runs.profile``): parameters, the
-    layers and widths one sentence runs, FLOPs against the baseline's."""
-    def flops(prof):
-        values = [p["flops"] for p in prof["inference"].values()]
-        return sum(values) / len(values)
-
-    base = flops(models[BASELINE][1])
+    """Markdown rows of {name: (flags, profile, FLOPs ratios to the baseline's)} (profile:
+    ``head_to_head_runs.profile``): parameters, the layers and widths one sentence runs, FLOPs
+    against the baseline's (the range over seeds where they differ)."""
     lines = ["| model | flags | parameters total / per pair | layers enc+dec run | d_model / FFN / heads run | "
              "FLOPs/sentence vs baseline |", "|---|---|---:|---:|---:|---:|"]
-    for name, (flags, prof) in models.items():
+    for name, (flags, prof, ratios) in models.items():
         one = next(iter(prof["inference"].values()))
         per_pair = sorted(set(prof["parameters"]["per_pair"].values()))
         pair = "-".join(sorted({f"{n / 1e6:.2f}" for n in (per_pair[0], per_pair[-1])}))
         widths = " / ".join(",".join(map(str, sorted(set(one["encoder"][k]) | set(one["decoder"][k]))))
                             for k in ("d_model", "ffn", "heads"))
         lines.append(f"| {name} | `{shlex.join(flags)}` | {prof['parameters']['total'] / 1e6:.2f}M / {pair}M | "
-                     f"{one['encoder']['layers']}+{one['decoder']['layers']} | {widths} | x{flops(prof) / base:.2f} |")
+                     f"{one['encoder']['layers']}+{one['decoder']['layers']} | {widths} | {ratio_text(ratios)} |")
     return lines
+
+
+def replace_section(text: str, start: str, end: str, section: str) -> str:
+    """``text`` with the part between the markers replaced by ``section`` (appended when there is none)."""
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end) + "\n?", re.S)
+    return pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section
 
 
 def write_section(path: str, section: str) -> None:
     """Replace the section between the markers in ``path`` (append it when there is none)."""
+    write_files_atomic({path: _with_section(path, START, END, section)})
+
+
+def _with_section(path: str, start: str, end: str, section: str) -> str:
     text = open(path, encoding="utf-8").read() if os.path.isfile(path) else ""
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END) + "\n?", re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section
-    write_text_atomic(path, text)
+    return replace_section(text, start, end, section)
 
 
-def check_outputs(out_json: str, out_md: Optional[str], figure: Optional[str]) -> None:
+def check_outputs(out_json: str, out_md: Optional[str], figure: Optional[str], readme: Optional[str] = None) -> None:
     """Refuse, before any training, a report path that cannot be written or is another of them."""
     check_writable(out_json, "--out-json")
-    for flag, path, others in (("--out-md", out_md, [out_json]), ("--figure", figure, [out_json, out_md])):
+    for flag, path, others in (("--out-md", out_md, [out_json]), ("--figure", figure, [out_json, out_md]),
+                               ("--readme", readme, [out_json, out_md, figure])):
         if path:
-            check_writable(path, flag, inputs=others)
+            check_writable(path, flag, inputs=[p for p in others if p])
 
 
-def report(runs: List[Run], out_json: str, out_md: str, figure: str, stream=None, n_samples: int = 1000) -> Dict:
+def report(record_dir: str, out_json: str, out_md: Optional[str] = None, figure: Optional[str] = None,
+           readme: Optional[str] = None, stream=None, n_samples: int = significance.DEFAULT_SAMPLES) -> Dict:
+    """Build the results of the record (``build``) and write the JSON, the markdown section, the
+    figure and the README standings, all or none."""
     stream = stream or sys.stdout
-    check_outputs(out_json, out_md, figure)
-    data = build(runs, n_samples, stream)
+    check_outputs(out_json, out_md, figure, readme)
+    data = build(record_dir, n_samples, stream)
     if not data["directions"]:
-        print("no direction has an evaluated baseline yet: nothing to report", file=stream)
+        print(f"no direction of {record_dir} has a recorded baseline yet: nothing to report", file=stream)
         return data
-    if os.path.isfile(out_json):
-        data = keep_other_directions(data, _read_json(out_json, "results"), stream)
-    write_json_atomic(out_json, data)
+    outputs = {out_json: json_text(data)}
     rel = None
     if figure:
-        draw(data, figure)
+        outputs[figure] = _png_writer(draw(data))
         rel = os.path.relpath(figure, os.path.dirname(os.path.abspath(out_md)) if out_md else ".")
     if out_md:
-        write_section(out_md, markdown(data, rel))
-    print(f"wrote {out_json}" + (f", {figure}" if figure else "") + (f" and the section in {out_md}" if out_md else ""),
-          file=stream)
+        outputs[out_md] = _with_section(out_md, START, END, markdown(data, rel))
+    if readme:
+        outputs[readme] = _with_section(readme, head_to_head_standings.START, head_to_head_standings.END,
+                                        head_to_head_standings.standings_markdown(data))
+    write_files_atomic(outputs)
+    print("wrote " + ", ".join(outputs), file=stream)
     for name, block in data["directions"].items():
         print(f"\n### {name.upper()}\n" + comparison.comparison_markdown(block["comparison"]), file=stream)
+    print(head_to_head_standings.standings_markdown(data), file=stream)
     return data
-
-
-# ----------------------------------------------------------------------------- demo helpers
-def print_examples(runs: List[Run], n: int, stream=None) -> None:
-    """The first ``n`` test sentences of the largest, a middle and the smallest direction: source,
-    reference and every model's translation (first seed)."""
-    stream = stream or sys.stdout
-    for direction, models in collect(runs).items():
-        results = {name: _read_json(seeds[0].results, "results") for name, seeds in models.items()}
-        base = results[BASELINE]
-        by_size = sorted(base["directions"], key=lambda d: -(base["directions"][d].get("train_size") or 0))
-        for d in dict.fromkeys([by_size[0], by_size[len(by_size) // 2], by_size[-1]]):
-            ref_path = base["references"][d]["path"]
-            src_path = ref_path[: ref_path.rindex(".") + 1] + d.split("-")[0]
-            with open(src_path, encoding="utf-8") as f:
-                sources = f.read().splitlines()
-            with open(ref_path, encoding="utf-8") as f:
-                refs = f.read().splitlines()
-            print(f"\n-- {d} ({base['directions'][d].get('train_size')} training pairs)", file=stream)
-            for i in range(min(n, len(refs))):
-                print(f"  source     {sources[i]}\n  reference  {refs[i]}", file=stream)
-                for name, res in results.items():
-                    print(f"  {name:10s} {res['hypotheses'][d][i]}", file=stream)
-
-
-def analyze(runs: List[Run], stream=None) -> List[Run]:
-    """Each method's ``langshare analyze`` (its table entry) on its first seed, into <run>/analysis/."""
-    import argparse
-
-    from .. import analysis
-
-    parser = argparse.ArgumentParser(prog="langshare")
-    analysis.add_subcommand(parser.add_subparsers(dest="command"))
-    done = []
-    for models in collect(runs).values():
-        for seeds in models.values():
-            run = seeds[0]
-            out = os.path.join(run.dir, "analysis")
-            for command in run.model.analysis:
-                args = parser.parse_args(["analyze"] + [a.format(ckpt=run.checkpoint, out=out, corpus=run.corpus.path)
-                                                        for a in command])
-                args.func(args)
-            if run.model.analysis:
-                done.append(run)
-    return done

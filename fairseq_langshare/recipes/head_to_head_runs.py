@@ -14,17 +14,18 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from . import head_to_head_record
 from .experiment_plan import check_updates
 from .head_to_head_models import BASELINE, DIRECTIONS, H2HModel, model as model_named
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_CORPORA = {"o2m": "demo_run/corpus", "m2o": "demo_run/corpus_m2o"}  # scripts/quality_lib.sh's
+DEFAULT_CORPORA = {"o2m": "demo_run/corpus", "m2o": "demo_run/corpus_m2o",  # scripts/quality_lib.sh's
+                   "m2m": "demo_run/corpus_m2m"}
 # scripts/quality_lib.sh's fairseq-train settings (tests/test_head_to_head.py compares them)
 TRAIN_FLAGS = ("--encoder-langtok", "tgt", "--sampling-method", "temperature", "--sampling-temperature", "5",
                "--share-all-embeddings", "--dropout", "0.1",
@@ -39,6 +40,10 @@ PLAN_FLAGS = ("--user-dir", "--task", "--langs", "--lang-pairs", "--arch", "--ma
 TRAIN_FLAGS_FILE = "train_flags.json"  # in a run's directory: the --train-flags it was trained with
 EVALUATE_FLAGS = ("--split", "test", "--beam", "4")  # scripts/quality_lib.sh's and /work/runs/bin/eval.sh's
 CORPUS_FLAGS = dict(num_langs=8, selection="spread", vocab_size=8000, workers=2)  # scripts/quality_lib.sh's
+# the many-to-many set: both directions through English, and the zero-shot test sets of every ordered
+# pair of the 8 languages (up to 200 sentences each; pairs with fewer than 20 left out: docs/data.md)
+CORPUS_DIRECTION = {"o2m": "o2m", "m2o": "m2o", "m2m": "both"}
+ZERO_SHOT_FLAGS = {"m2m": dict(zero_shot_spec="all")}
 # Updates per second of one training process, two at a time on two otherwise idle cores, for the
 # --dry-run estimate: measured in the O2M head-to-head on an AMD EPYC machine (2,000 updates in
 # 1,077-1,238 s: docs/head_to_head.md, Sizing). The Intel Xeon this machine kind has also been ran the
@@ -47,7 +52,9 @@ CORPUS_FLAGS = dict(num_langs=8, selection="spread", vocab_size=8000, workers=2)
 # speed (benchmarks/head_to_head_speed.py -> benchmarks/results/head_to_head_speed.json).
 UPDATES_PER_SECOND = {"baseline": 1.8, "baseline_prenorm": 1.8, "adapters": 1.8, "lsl": 1.65, "clsr": 1.6,
                       "latent_depth": 1.4, "adaptive_sparse": 1.35}
-EVALUATE_SECONDS = 80  # one run's test set (8 directions, 2,307 sentences, beam 4), one thread: 73-77 s measured
+# one run's test set, beam 4, one thread: O2M/M2O 8 directions, 2,307 sentences, 73-77 s measured;
+# M2M scaled from that by its sentences (2 x 2,307 supervised and about 5,200 zero-shot ones)
+EVALUATE_SECONDS = {"o2m": 80, "m2o": 80, "m2m": 340}
 DEFAULT_UPDATES = 2000
 
 
@@ -72,10 +79,20 @@ class Corpus:
     def lang_pairs(self) -> str:
         return self._line("lang_pairs.txt")[0]
 
+    @property
+    def zero_shot_pairs(self) -> List[str]:
+        """The untrained directions the corpus has test sets for (its manifest's ``zero_shot_pairs``;
+        none without a manifest)."""
+        if not self.exists:
+            return []
+        with open(os.path.join(self.path, "manifest.json"), encoding="utf-8") as f:
+            return list(json.load(f).get("zero_shot_pairs") or [])
+
     def prepare(self):
         from ..data.gettext_corpus import prepare_gettext
 
-        prepare_gettext(self.path, direction=self.direction, **CORPUS_FLAGS)
+        prepare_gettext(self.path, direction=CORPUS_DIRECTION[self.direction], **CORPUS_FLAGS,
+                        **ZERO_SHOT_FLAGS.get(self.direction, {}))
 
 
 @dataclass
@@ -202,7 +219,7 @@ def build(run: Run, checkpoint: Optional[str] = None, data: Optional[str] = None
 def _standin_data(tmp: str, direction: str, vocab: int = 8000):
     """Dictionaries for a corpus that is not built yet: en + 8 placeholder languages, ``vocab`` symbols."""
     langs = ["en"] + [f"l{i}" for i in range(1, 9)]
-    pairs = [f"en-{x}" if direction == "o2m" else f"{x}-en" for x in langs[1:]]
+    pairs = [p for x in langs[1:] for p, d in ((f"en-{x}", "o2m"), (f"{x}-en", "m2o")) if direction in (d, "m2m")]
     os.makedirs(os.path.join(tmp, "bin"), exist_ok=True)
     words = "".join(f"w{i} 1\n" for i in range(vocab - 4))
     for name in ["dict.txt"] + [f"dict.{lang}.txt" for lang in langs]:
@@ -240,6 +257,44 @@ def equal_cost_problems(profiles: Dict[str, Dict]) -> List[str]:
     return problems
 
 
+FLOPS_TOLERANCE = 0.01  # FLOPs per sentence within 1% of the baseline's: equal inference cost
+
+
+def flops_per_sentence(prof: Dict) -> float:
+    """The measured FLOPs of one sentence, averaged over the language pairs of ``profile``."""
+    values = [p["flops"] for p in prof["inference"].values()]
+    return sum(values) / len(values)
+
+
+def inference_cost(profiles: Dict[str, List[Dict]], tolerance: float = FLOPS_TOLERANCE) -> Dict[str, Dict]:
+    """Per model, against the baseline's profile of the same seed (the lists are paired by
+    position): ``layers_and_widths``, what differs from the baseline's layers and widths (empty:
+    nothing); ``flops_ratio``, per seed, its FLOPs per sentence over the baseline's; ``equal``:
+    equal layers and widths and every ratio within ``tolerance`` of 1."""
+    out = {}
+    for name, seeds in profiles.items():
+        problems = []
+        for k, prof in enumerate(seeds):
+            problems += [p for p in equal_cost_problems({BASELINE: profiles[BASELINE][k], name: prof})
+                         if p not in problems]
+        ratios = [flops_per_sentence(prof) / flops_per_sentence(profiles[BASELINE][k]) for k, prof in enumerate(seeds)]
+        out[name] = {"layers_and_widths": problems, "flops_ratio": ratios,
+                     "equal": not problems and all(abs(r - 1) <= tolerance for r in ratios)}
+    return out
+
+
+def ratio_text(ratios: List[float]) -> str:
+    """FLOPs ratios to the baseline's as ``x1.15`` (``x1.05-1.15`` where the seeds differ)."""
+    low, high = f"{min(ratios):.2f}", f"{max(ratios):.2f}"
+    return f"x{low}" if low == high else f"x{low}-{high}"
+
+
+def percent_text(ratios: List[float]) -> str:
+    """The same ratios as ``+15.0%`` (``+5.0% to +15.0%``)."""
+    low, high = (f"{(r - 1) * 100:+.1f}%" for r in (min(ratios), max(ratios)))
+    return low if low == high else f"{low} to {high}"
+
+
 # ----------------------------------------------------------------------------- running
 def _environment():
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -274,9 +329,12 @@ def evaluate_argv(run: Run) -> List[str]:
     """``langshare evaluate`` on the test split (beam 4) into test.json/test.md, decoding on the CPU
     (one thread) also in a ``--device cuda`` run: beam search of these small models is bound by
     kernel launches, and beside the other runs' trainings on one shared GPU it took 4-5 minutes per
-    run on an H200 (docs/head_to_head.md, "On a GPU") against 73-77 s on one CPU core."""
+    run on an H200 (docs/head_to_head.md, "On a GPU") against 73-77 s on one CPU core. A corpus with
+    zero-shot test sets (M2M) is evaluated on its trained and its zero-shot directions."""
+    zero_shot = run.corpus.zero_shot_pairs
+    directions = ["--directions", ",".join(run.corpus.lang_pairs.split(",") + zero_shot)] if zero_shot else []
     return [sys.executable, "-m", "fairseq_langshare.cli", "evaluate", run.checkpoint, run.corpus.path,
-            *EVALUATE_FLAGS, "--generate-args=--cpu", "--out-json", run.results,
+            *EVALUATE_FLAGS, *directions, "--generate-args=--cpu", "--out-json", run.results,
             "--out-md", os.path.join(run.dir, "test.md")]
 
 
@@ -291,10 +349,8 @@ def evaluate(run: Run) -> None:
 
 def execute(runs: List[Run], jobs: int, device: str = "cpu", stream=None, record_dir: Optional[str] = None) -> List[str]:
     """Train and evaluate every run not done, ``jobs`` at a time; with ``record_dir``, write each
-    run's record there as soon as it is evaluated (``head_to_head_record``; also for runs done
+    run's record there as soon as it is evaluated (``record_run``; also for runs done
     earlier whose record is missing). Returns the failures."""
-    from . import head_to_head_record
-
     stream = stream or sys.stdout
     def recorded(r):
         return record_dir is None or os.path.isfile(head_to_head_record.run_path(record_dir, r.direction, r.model.name,
@@ -311,7 +367,7 @@ def execute(runs: List[Run], jobs: int, device: str = "cpu", stream=None, record
             trained = time.time()
             evaluate(run)
             if record_dir is not None:
-                path = head_to_head_record.write_run(
+                path = record_run(
                     record_dir, run, {"train": trained - start, "evaluate": time.time() - trained})
                 print(f"[{index}/{len(todo)}] {run.name}: recorded in {path}", file=stream, flush=True)
         except (RuntimeError, ValueError) as error:
@@ -323,6 +379,30 @@ def execute(runs: List[Run], jobs: int, device: str = "cpu", stream=None, record
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(work, enumerate(todo, 1)))
     return failures
+
+
+def record_run(record_dir: str, run: Run, seconds: Dict[str, float]) -> str:
+    """The record of one evaluated run (``head_to_head_record``'s format); returns its path."""
+    from ..evaluation import _read_json
+
+    results = _read_json(run.results, "results")
+    head_to_head_record.write_references(record_dir, run.direction, results)
+    record = {
+        "format": head_to_head_record.FORMAT, "direction": run.direction, "model": run.model.name, "seed": run.seed,
+        "updates": run.updates, "label": run.model.label, "arch": run.model.arch,
+        "model_flags": list(run.model.argv(run.direction)), "reason": run.model.reason_for(run.direction),
+        "extra_compute": run.model.extra_compute or None,
+        "train_flags": list(TRAIN_FLAGS) + list(run.train_flags), "evaluate_flags": list(EVALUATE_FLAGS),
+        "corpus": {"path": run.corpus.path, "langs": run.corpus.langs, "lang_pairs": run.corpus.lang_pairs},
+        "profile": profile(run, checkpoint=run.checkpoint),
+        "validation": head_to_head_record.last_validation(os.path.join(run.dir, "train.log")),
+        "wall_seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "provenance": head_to_head_record.provenance(),
+        "results": results,
+    }
+    path = head_to_head_record.run_path(record_dir, run.direction, run.model.name, run.seed)
+    head_to_head_record.dump(path, record)
+    return path
 
 
 def _plain(cfg) -> Dict:

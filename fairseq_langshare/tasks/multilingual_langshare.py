@@ -35,7 +35,9 @@ from fairseq.utils import csv_str_list, eval_str_dict
 from omegaconf import II, OmegaConf
 
 from ..data.binarized import sentence_count
+from ..distributed_launch import check_training_is_distributed
 from ..languages import LanguageInventory
+from ..option_ranges import Range, check_ranges
 from ..user_errors import fairseq_cli
 from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
                                 warn_too_long)
@@ -59,16 +61,25 @@ class MultilingualLangshareConfig(FairseqDataclass):
     target_lang: Optional[str] = field(default=None, metadata={"help": "inference target language", "argparse_alias": "-t"})
     keep_inference_langtok: bool = field(default=False, metadata={"help": "keep the target language token (--decoder-langtok) in the hypotheses of fairseq-generate/-interactive"})
     sampling_method: SAMPLING_METHODS = field(default="concat", metadata={"help": "how to sample data across language pairs"})
-    sampling_temperature: float = field(default=1.5, metadata={"help": "temperature T for --sampling-method temperature (p ~ n^(1/T))"})
+    sampling_temperature: float = field(default=1.5, metadata={
+        "help": "temperature T for --sampling-method temperature (p ~ n^(1/T))",
+        "range": Range(0, low_open=True, why="pairs are sampled in proportion to n^(1/T): 1 follows the data sizes, "
+                                              "larger values are flatter, the papers use 5")})
     source_dict: Optional[str] = field(default=None, metadata={"help": "source dictionary overriding per-language dictionaries"})
     target_dict: Optional[str] = field(default=None, metadata={"help": "target dictionary overriding per-language dictionaries"})
     lang_tok_style: str = field(default="multilingual", metadata={"help": "language token style: multilingual (__xx__) or mbart ([xx])"})
     load_alignments: bool = field(default=False, metadata={"help": "load the binarized alignments"})
     left_pad_source: str = field(default="True", metadata={"help": "pad the source on the left"})
     left_pad_target: str = field(default="False", metadata={"help": "pad the target on the left"})
-    max_source_positions: int = field(default=1024, metadata={"help": "max number of tokens in the source sequence"})
-    max_target_positions: int = field(default=1024, metadata={"help": "max number of tokens in the target sequence"})
-    upsample_primary: int = field(default=1, metadata={"help": "amount to upsample primary dataset"})
+    max_source_positions: int = field(default=1024, metadata={
+        "help": "max number of tokens in the source sequence",
+        "range": Range(1, why="the most tokens a sentence may have")})
+    max_target_positions: int = field(default=1024, metadata={
+        "help": "max number of tokens in the target sequence",
+        "range": Range(1, why="the most tokens a sentence may have")})
+    upsample_primary: int = field(default=1, metadata={
+        "help": "amount to upsample primary dataset",
+        "range": Range(1, why="copies of the primary dataset")})
     truncate_source: bool = field(default=False, metadata={"help": "truncate source to max-source-positions"})
     encoder_langtok: Optional[LANGTOK_SIDES] = field(default=None, metadata={"help": "prepend the source or target language token to the source"})
     decoder_langtok: bool = field(default=False, metadata={"help": "prepend the target language token to the target"})
@@ -82,12 +93,20 @@ class MultilingualLangshareConfig(FairseqDataclass):
     langtoks: Optional[str] = field(default=None, metadata={"help": "dict of how to add language tokens per data type"})
     sampling_weights_from_file: Optional[str] = field(default=None, metadata={"help": "file with a dict of sampling weights"})
     sampling_weights: Optional[str] = field(default=None, metadata={"help": "dict of sampling weights per data set"})
-    virtual_epoch_size: Optional[int] = field(default=None, metadata={"help": "virtual epoch size to speed up data loading"})
-    virtual_data_size: Optional[int] = field(default=None, metadata={"help": "virtual data size of the whole joint dataset"})
+    virtual_epoch_size: Optional[int] = field(default=None, metadata={
+        "help": "virtual epoch size to speed up data loading",
+        "range": Range(1, why="sentences per virtual epoch")})
+    virtual_data_size: Optional[int] = field(default=None, metadata={
+        "help": "virtual data size of the whole joint dataset",
+        "range": Range(1, why="sentences")})
     # read by fairseq's data manager from the task options
     seed: int = II("common.seed")
     dataset_impl: Optional[str] = II("dataset.dataset_impl")
     train_subset: str = II("dataset.train_subset")
+    # read by the task to refuse a resume past --max-update (``check_resumed_updates``)
+    max_update: int = II("optimization.max_update")
+    save_dir: str = II("checkpoint.save_dir")
+    restore_file: str = II("checkpoint.restore_file")
 
 
 LANG_KEYS = ("src_lang_id", "tgt_lang_id")
@@ -151,10 +170,7 @@ def check_dictionaries(args):
 def check_options(args):
     """Options fairseq would accept and then fail on deep inside (or, for fairseq-interactive, only after
     the first input line): one line naming the problem and the fix."""
-    if args.sampling_method == "temperature" and not float(args.sampling_temperature) > 0:
-        raise ValueError(f"--sampling-temperature {float(args.sampling_temperature)}: the temperature must be > 0 "
-                         "(pairs are sampled in proportion to n^(1/T): 1 follows the data sizes, larger values are "
-                         "flatter, the papers use 5)")
+    check_ranges(args, MultilingualLangshareConfig)
     if fairseq_cli() == "fairseq-interactive":
         require_direction(args)
         tolerate_undecodable_stdin()
@@ -168,14 +184,38 @@ def require_direction(args):
 
 
 def check_binarized(split, data_path, src, tgt):
-    """An empty or truncated split of a direction, before fairseq's memory-mapped reader fails on it."""
+    """An empty, truncated or half-deleted split of a direction, before fairseq's memory-mapped reader fails on it."""
     for a, b in ((src, tgt), (tgt, src)):
         prefix = os.path.join(data_path, f"{split}.{a}-{b}.")
         if os.path.exists(prefix + f"{src}.idx"):
             for lang in (src, tgt):
                 if os.path.exists(prefix + f"{lang}.idx"):
+                    if not os.path.exists(prefix + f"{lang}.bin"):
+                        raise FileNotFoundError(f"{prefix}{lang}.bin is missing (its index {prefix}{lang}.idx is "
+                                                f"there): re-binarize the {split} data of {a}-{b} with "
+                                                "fairseq-preprocess")
                     sentence_count(prefix + lang)
             return
+
+
+class ResumedPastMaxUpdate(RuntimeError):
+    """A RuntimeError: fairseq's trainer re-raises those from a training step as they are, where any other error
+    first makes it save ``crash.pt`` into the run directory."""
+
+
+def check_resumed_updates(update_num: int, args) -> None:
+    """Refuse, at the first update of a run (before anything is trained or saved), a checkpoint that already has
+    more updates than ``--max-update``: fairseq would train one more and overwrite checkpoint_last.pt and
+    checkpoint_best.pt with it."""
+    max_update = getattr(args, "max_update", None) or 0
+    if max_update <= 0 or update_num <= max_update:
+        return
+    restore = getattr(args, "restore_file", None) or "checkpoint_last.pt"
+    path = os.path.join(getattr(args, "save_dir", None) or "checkpoints", restore) \
+        if restore == "checkpoint_last.pt" else restore
+    raise ResumedPastMaxUpdate(f"{path} was trained for {update_num} updates, more than --max-update {max_update}: "
+                               f"pass --max-update {update_num} or more to train on, or another --save-dir (or "
+                               "--restore-file) to start a run from scratch")
 
 
 class LangshareDatasetManager(MultilingualDatasetManager):
@@ -235,6 +275,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
                     "lang-tok-style": args.lang_tok_style or "",
                     "lang-tok-replacing-bos-eos": "1" if args.lang_tok_replacing_bos_eos else ""},
         )
+        self._updates_checked = False  # check_resumed_updates, at the first training step
         self._input_lines = 0  # raw lines fairseq-interactive has handed over so far
         self._first_input_line = None  # the first line of the buffer being tokenized
         self.data_manager = LangshareDatasetManager(
@@ -245,8 +286,10 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         model = super().build_model(cfg, from_checkpoint)
         if hasattr(model, "attach_inventory"):
             model.attach_inventory(self.inventory)
-        if not from_checkpoint and hasattr(model, "check_training_run"):  # a run starts (not a decoding)
-            model.check_training_run(cfg)
+        if not from_checkpoint:  # a run starts (not a decoding)
+            check_training_is_distributed()
+            if hasattr(model, "check_training_run"):
+                model.check_training_run(cfg)
         return model
 
     def get_interactive_tokens_and_lengths(self, lines, encode_fn):
@@ -310,6 +353,9 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         return sample
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if not self._updates_checked:  # the first step of this process: update_num is the checkpoint's count
+            check_resumed_updates(update_num, self.args)
+            self._updates_checked = True
         sample = self.ensure_lang_ids(sample, model)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 

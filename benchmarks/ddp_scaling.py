@@ -1,0 +1,219 @@
+"""Scaling efficiency of data-parallel training, per method, against the baseline's in the same run.
+
+Two processes (2 gloo ranks) build, for every method, fairseq's trainer as ``fairseq-train`` does
+(``benchmarks/data_parallel_steps.py``): one on 2 ranks and, on rank 0, one on 1 rank (no DDP).
+A repetition times, for each method in turn, K updates of the 1-rank trainer on batch B (rank 1
+waits at a barrier) and then K updates of the 2-rank trainer on batch B per rank, so methods and
+world sizes are interleaved. Efficiency = t(1 rank) / t(2 ranks) per update (1: two ranks process
+twice the sentences in the time one takes); the target is every method within 5% of the
+baseline's. ``baseline_find_unused`` is the baseline with ``--find-unused-parameters``: the cost
+of DDP's search for unused parameters alone. Batches mix every direction, drawn per rank and
+update; the phase switches (latent depth's commit, adaptive sparsity's T-bar) are at update 1,
+so the timed updates are in the phase most of a run trains in.
+
+    python -m benchmarks.ddp_scaling --out benchmarks/results/ddp-scaling-cpu.json          # CPU
+    python -m benchmarks.ddp_scaling --device cuda --out ddp-scaling-gpu.json              # both ranks on GPU 0
+
+On one GPU both ranks share the device (NCCL refuses two ranks on one GPU, so gloo carries the
+all-reduce through host memory): the 2-rank time then includes the two ranks' contention for the
+GPU, and only the ratios of the methods' efficiencies to the baseline's compare like with like.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Tuple
+
+import torch
+
+from . import data_parallel_steps as steps
+from .summary_tables import median_interval
+from .report import machine
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAIRS = ("en-xx", "en-yy", "en-zz", "en-ww")  # O2M, 4 target languages
+CONFIGS: Dict[str, List[str]] = {
+    "baseline": [],
+    "baseline_find_unused": ["--find-unused-parameters"],
+    "adapters": [], "multistack": [], "lsl_search": [], "lsl_separate_decoder": [], "clsr": [],
+    "latent_depth": ["--latent-commit-updates", "1"],
+    "adaptive_sparse": ["--sparse-t-bar", "1"],
+}
+
+
+def method_of(config: str) -> str:
+    return "baseline" if config.startswith("baseline") else config
+
+
+def make_corpus(root: str, sentences: int) -> str:
+    """A synthetic O2M corpus (tests/tiny_corpus.py's toy languages), ``sentences`` per direction in
+    its valid split, which the batches are drawn from; returns the binarized directory."""
+    sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
+    from tiny_corpus import make_corpus as build
+
+    return str(build(__import__("pathlib").Path(root), pairs=PAIRS, n_train=64, n_test=sentences)["bin"])
+
+
+def draw_batches(task, updates: int, world_size: int, sentences: int, seed: int):
+    """``updates`` lists of ``world_size`` index lists: every direction mixed, drawn per rank."""
+    rows = [i for direction in steps.direction_rows(task, "valid").values() for i in direction]
+    rng = random.Random(seed)
+    return [[rng.sample(rows, sentences) for _ in range(world_size)] for _ in range(updates)]
+
+
+def timed(trainer, samples_per_update, device) -> Tuple[float, float]:
+    """Wall and CPU seconds per update over the updates given."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for samples in samples_per_update:
+        trainer.train_step(samples)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    n = len(samples_per_update)
+    return (time.perf_counter() - wall) / n, (time.process_time() - cpu) / n
+
+
+def rank_main(args):
+    torch.set_num_threads(args.threads)
+    rank, world_size = steps.init_distributed()
+    barrier = torch.distributed.barrier
+    configs = args.configs.split(",")
+    built, params = {}, {}
+    for config in configs:
+        flags = steps.method_argv(method_of(config), args.size) + CONFIGS[config] + [
+            "--max-tokens", "100000", "--required-batch-size-multiple", "1"]
+
+        def argv(world_size, rank_):
+            return steps.fairseq_argv(args.data, args.langs, ",".join(PAIRS), flags, args.backend, world_size, rank_,
+                                      max_update=100000, device=args.device)
+
+        two = steps.build(argv(2, rank), "valid")
+        one = steps.build(argv(1, 0), "valid") if rank == 0 else None
+        task = two[0]
+        batches = draw_batches(task, args.updates, 2, args.sentences, seed=args.seed)
+        collate = lambda rows: steps.collate(task, "valid", rows)  # noqa: E731
+        model = two[1].get_model()
+        params[config] = {"total": sum(p.numel() for p in model.parameters()),
+                          "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+        built[config] = {"one": one and one[1], "two": two[1],
+                         "batches_one": [[collate(b[0])] for b in batches],
+                         "batches_two": [[collate(b[rank])] for b in batches]}
+    results = {c: {"t1": [], "t2": [], "cpu1": [], "cpu2": []} for c in configs}
+    for rep in range(args.warmup + args.reps):
+        for config in configs:
+            entry = built[config]
+            if rank == 0:
+                t1 = timed(entry["one"], entry["batches_one"], args.device)
+            barrier()
+            t2 = timed(entry["two"], entry["batches_two"], args.device)
+            barrier()
+            if rep >= args.warmup and rank == 0:
+                results[config]["t1"].append(t1[0])
+                results[config]["cpu1"].append(t1[1])
+                results[config]["t2"].append(t2[0])
+                results[config]["cpu2"].append(t2[1])
+    if rank == 0:
+        write(args, results, params)
+
+
+def summary(results) -> Dict[str, dict]:
+    """Per configuration: the efficiency t(1 rank) / t(2 ranks) per update, wall clock and rank 0's
+    CPU time, and its ratio to the baseline's of the same repetition (medians, 95% bootstrap)."""
+    def efficiencies(r, kind):
+        return [a / b for a, b in zip(r[f"{kind}1"], r[f"{kind}2"])]
+
+    out = {}
+    for config, r in results.items():
+        row = {f"{t}_ms": 1000 * float(torch.tensor(r[t]).median()) for t in ("t1", "t2")}
+        for kind, name in (("t", "efficiency"), ("cpu", "cpu_efficiency")):
+            mine = efficiencies(r, kind)
+            row[name] = median_interval(mine)
+            if "baseline" in results:  # repetition by repetition: the baseline ran in the same repetition
+                base = efficiencies(results["baseline"], kind)
+                row[name.replace("efficiency", "vs_baseline")] = median_interval([e / b for e, b in zip(mine, base)])
+        out[config] = row
+    return out
+
+
+def write(args, results, params):
+    doc = {"name": "ddp-scaling", "date": datetime.date.today().isoformat(), "machine": machine(args.threads),
+           "device": args.device, "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
+           "backend": args.backend, "size": args.size, "sentences_per_rank_and_update": args.sentences,
+           "updates_per_repetition": args.updates, "reps": args.reps, "warmup": args.warmup,
+           "load_average_at_start": args.load, "load_average_at_end": list(os.getloadavg()),
+           "summary": summary(results), "params": params, "raw": results}
+    with open(args.out + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(args.out + ".tmp", args.out)
+
+
+def launch(args):
+    """Start the two ranks (the variables torchrun sets) and wait for them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.data is None:
+            args.data, args.langs = make_corpus(tmp, args.corpus_sentences), ",".join(
+                sorted({l for p in PAIRS for l in p.split("-")}))
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
+               "OMP_NUM_THREADS": str(args.threads),
+               "PYTHONPATH": os.pathsep.join([REPO_ROOT, os.environ.get("PYTHONPATH", "")])}
+        argv = [sys.executable, "-m", "benchmarks.ddp_scaling", "--rank-process", "--data", args.data,
+                "--langs", args.langs, "--out", os.path.abspath(args.out), "--device", args.device,
+                "--backend", args.backend, "--size", args.size, "--configs", args.configs,
+                "--sentences", str(args.sentences), "--updates", str(args.updates), "--reps", str(args.reps),
+                "--warmup", str(args.warmup), "--threads", str(args.threads), "--seed", str(args.seed),
+                "--load", ",".join(f"{x:.2f}" for x in os.getloadavg())]
+        procs = [subprocess.Popen(argv, cwd=REPO_ROOT, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
+                 for r in (0, 1)]
+        codes = [p.wait() for p in procs]
+    if any(codes):
+        raise SystemExit(f"a rank failed (exit statuses {codes})")
+    with open(args.out) as f:
+        doc = json.load(f)
+    print(f"{'config':<22} {'efficiency':<22} {'vs baseline':<22} {'CPU efficiency':<22} {'CPU vs baseline':<22} "
+          "t1 ms   t2 ms")
+    fmt = lambda v: f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]" if v else "-"  # noqa: E731
+    for config, row in doc["summary"].items():
+        print(f"{config:<22} {fmt(row['efficiency']):<22} {fmt(row.get('vs_baseline')):<22} "
+              f"{fmt(row['cpu_efficiency']):<22} {fmt(row.get('cpu_vs_baseline')):<22} "
+              f"{row['t1_ms']:7.1f} {row['t2_ms']:7.1f}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="the JSON written")
+    parser.add_argument("--data", default=None, help="binarized corpus (default: a synthetic one, made here)")
+    parser.add_argument("--langs", default=None)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--backend", choices=steps.BACKENDS, default="pytorch_ddp")
+    parser.add_argument("--size", default="small", help="architecture preset suffix (tiny, small)")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--sentences", type=int, default=48, help="sentences per rank and update")
+    parser.add_argument("--updates", type=int, default=4, help="updates per repetition and world size")
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--corpus-sentences", type=int, default=400, help="per direction, synthetic corpus")
+    parser.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--load", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.rank_process:
+        args.load = [float(x) for x in args.load.split(",") if x]
+        return rank_main(args)
+    return launch(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The directory ``langshare export --format ctranslate2|transformers --out DIR`` writes.
+
+An export is built in a hidden staging directory beside ``DIR`` and renamed to ``DIR`` when
+complete, so a directory that looks like an export always is a whole one. ``DIR`` may be new, empty,
+or an earlier export; its manifest (``langshare.json``) lists the files that export wrote, and an
+earlier export is replaced only while it holds nothing else. A directory the user owns, or an
+export into which the user put files of their own (hypotheses, a folder), is never emptied: the
+export is refused in one line that names what is in the way, before anything is written. A
+symlinked ``DIR`` keeps its link: the directory it points to is replaced.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Dict, List
+
+from ..atomic_files import write_json_atomic
+from ..export import ExportError
+
+__all__ = ["MANIFEST", "OutDir", "read_manifest"]
+
+MANIFEST = "langshare.json"
+# what a CTranslate2 export wrote before its manifest listed its files
+_CTRANSLATE2_FILES = ("model.bin", "config.json", "shared_vocabulary.json", "source_vocabulary.json",
+                      "target_vocabulary.json", "vocabulary.json", "vocabulary.txt", "spm.model", MANIFEST)
+
+
+def read_manifest(model_dir, fmt: str, error=ExportError) -> Dict:
+    """``langshare.json`` of an export directory of format ``fmt`` (``langshare-ctranslate2``, ...)."""
+    path = Path(model_dir) / MANIFEST
+    flag = fmt.replace("langshare-", "")
+    if not path.is_file():
+        raise error(f"{model_dir} holds no {MANIFEST}: pass a directory written by langshare export --format {flag}")
+    with open(path, encoding="utf-8") as f:
+        manifest = json.load(f)
+    if manifest.get("format") != fmt:
+        raise error(f"{path} is not a {fmt} manifest: re-export the model with langshare export --format {flag}")
+    return manifest
+
+
+def _export_files(manifest: Dict) -> List[str]:
+    files = manifest.get("files")
+    if isinstance(files, list) and all(isinstance(name, str) for name in files):
+        return files + [MANIFEST]
+    return list(_CTRANSLATE2_FILES)
+
+
+class OutDir:
+    """``--out DIR`` of one export: ``check()`` before any work, ``staging`` to build in,
+    ``publish(manifest)`` to write the manifest (with the list of files) and rename into place."""
+
+    def __init__(self, out_dir, error=ExportError):
+        self.given = Path(out_dir)
+        self.target = Path(os.path.realpath(out_dir))  # a symlinked --out keeps its link: its target is replaced
+        self.staging = self.target.with_name(f".{self.target.name}.tmp-{os.getpid()}")
+        self.error = error
+
+    def check(self) -> None:
+        """Refuse (one line, nothing written) a file, or a directory holding anything no export wrote."""
+        out = self.target
+        if out.exists() and not out.is_dir():
+            raise self.error(f"{self.given} is a file: --out names the directory the model is written to")
+        if not out.is_dir() or not any(out.iterdir()):
+            return
+        manifest_path = out / MANIFEST
+        if not manifest_path.is_file():
+            raise self.error(f"{self.given} exists and is not a langshare export: pass a new --out directory "
+                             "(nothing was written)")
+        try:
+            with open(manifest_path, encoding="utf-8") as f:
+                manifest = json.load(f)
+        except ValueError:
+            manifest = {}
+        ours = set(_export_files(manifest if isinstance(manifest, dict) else {}))
+        foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if p.name not in ours or p.is_dir())
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise self.error(f"{self.given} is an earlier export that also holds files langshare export did not write "
+                             f"({shown}): move them out of it or pass a new --out directory (nothing was written)")
+
+    def fresh_staging(self) -> Path:
+        if self.staging.exists():
+            shutil.rmtree(self.staging)
+        return self.staging
+
+    def publish(self, manifest: Dict) -> None:
+        """Write ``manifest`` (plus ``files``: what the staging directory holds) and rename the
+        staging directory to ``DIR``, replacing an earlier export (checked again just before)."""
+        files = sorted(p.name for p in self.staging.iterdir() if p.name != MANIFEST)
+        write_json_atomic(self.staging / MANIFEST, {**manifest, "files": files})
+        self.check()
+        out = self.target
+        if not out.exists():
+            os.replace(self.staging, out)
+            return
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+        os.replace(self.staging, out)
+        shutil.rmtree(old)
+
+    def cleanup(self) -> None:
+        if self.staging.exists():
+            shutil.rmtree(self.staging)

@@ -1,0 +1,121 @@
+"""What every serving format of ``langshare export`` starts from: the pair's plain fairseq network.
+
+``plain_pair`` runs ``export_pair`` (the ``--format fairseq`` export) into a scratch directory and
+returns the result, refusing in one line a pair network that no plain Transformer holds (adapters,
+a different head subset per layer, CLSR's learned gates), with what to do instead. The helpers
+around it find what a serving format needs beside the weights: the fairseq dictionaries
+(``data_dir``), the corpus' SentencePiece model (``find_spm``) and the language tokens the task puts
+around a sentence of the pair (``language_tokens``).
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from ..export import PLAIN_ARCH, ExportError, export_pair
+
+__all__ = ["plain_pair", "language_tokens", "data_dir", "find_spm", "model_name", "FAIRSEQ_INSTEAD", "SPM_NAME"]
+
+SPM_NAME = "spm.model"
+
+# pair networks no plain Transformer holds, by what `langshare export` makes of them (the export
+# model, or the full model when the export itself fails), and what to do instead
+FAIRSEQ_INSTEAD = "export with --format fairseq and translate with fairseq-generate --user-dir fairseq_langshare"
+_NOT_PLAIN = {
+    "langshare_adapter_single": ("adds language adapters to every layer", FAIRSEQ_INSTEAD),
+    "adaptive_sparse_single": ("keeps a different subset of attention heads in each layer", FAIRSEQ_INSTEAD),
+    "clsr_transformer": ("has CLSR projections that langshare export cannot write as a plain transformer (learned "
+                         "gates pick them token by token)",
+                         "translate the full checkpoint with fairseq-generate --user-dir fairseq_langshare"),
+}
+
+
+def model_name(checkpoint: Path) -> str:
+    """The registered model (not the size preset) of a checkpoint."""
+    from fairseq import checkpoint_utils
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    model_cfg = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))["cfg"].model
+    name = str(getattr(model_cfg, "_name", None) or getattr(model_cfg, "arch", "?"))
+    return ARCH_MODEL_NAME_REGISTRY.get(name, name)
+
+
+def _refuse_not_plain(name: str, src: str, tgt: str, checkpoint: Path, runtime: str, error_cls,
+                      error: Optional[Exception] = None):
+    why, instead = _NOT_PLAIN.get(name, ("is not a plain Transformer", FAIRSEQ_INSTEAD))
+    raise error_cls(f"the {src}->{tgt} network of {checkpoint} ({name}) {why}, which {runtime} cannot run: "
+                    f"{instead}") from error
+
+
+def plain_pair(checkpoint: Path, src: str, tgt: str, scratch: Path, runtime: str, error_cls) -> Tuple[Dict, Dict]:
+    """``export_pair`` of ``checkpoint`` into ``scratch/pair.pt``: (its report, the loaded checkpoint).
+    A pair network that is no plain ``transformer`` is refused by ``error_cls``, one line naming
+    why ``runtime`` cannot run it and what to do instead; other export errors pass unchanged."""
+    pair_pt = Path(scratch) / "pair.pt"
+    try:
+        report = export_pair(checkpoint, src, tgt, pair_pt, verbose=False)
+    except ExportError as error:
+        name = model_name(checkpoint)
+        if name not in _NOT_PLAIN:
+            raise
+        _refuse_not_plain(name, src, tgt, checkpoint, runtime, error_cls, error)
+    state = torch.load(pair_pt, map_location="cpu", weights_only=True)
+    if state["cfg"]["model"]["_name"] != PLAIN_ARCH:
+        _refuse_not_plain(state["cfg"]["model"]["_name"], src, tgt, checkpoint, runtime, error_cls)
+    return report, state
+
+
+def data_dir(data, task_cfg: Dict, src: str, tgt: str, error_cls) -> Path:
+    """The fairseq-preprocess directory with the pair's dictionaries: ``data`` (``--data``), else
+    the one the model was trained on."""
+    if data is None:
+        trained_on = str(task_cfg.get("data") or "").split(os.pathsep)[0]
+        if not trained_on or not Path(trained_on).is_dir():
+            raise error_cls(f"the checkpoint's data directory {trained_on!r} does not exist here: pass --data, "
+                            "the fairseq-preprocess directory (with dict.*.txt) the model was trained on")
+        data = trained_on
+    data = Path(data)
+    for lang in (src, tgt):
+        if not (data / f"dict.{lang}.txt").is_file():
+            raise error_cls(f"no dict.{lang}.txt in {data}: pass --data, the fairseq-preprocess directory the "
+                            "model was trained on")
+    return data
+
+
+def find_spm(data: Path, spm=None, error_cls=ExportError) -> Path:
+    """``spm`` (``--spm``), else the SentencePiece model of a prepared corpus (``manifest.json``'s
+    ``spm_model`` next to the binarized data directory, or ``spm.model`` there or inside it)."""
+    if spm:
+        if not Path(spm).is_file():
+            raise error_cls(f"no SentencePiece model at {spm}: pass --spm, the model the corpus was encoded with")
+        return Path(spm)
+    corpus = data.parent
+    candidates = [data / SPM_NAME, corpus / SPM_NAME]
+    if (corpus / "manifest.json").is_file():
+        with open(corpus / "manifest.json", encoding="utf-8") as f:
+            name = json.load(f).get("spm_model")
+        if name:
+            candidates.insert(0, corpus / name)
+    found = next((path for path in candidates if path.is_file()), None)
+    if found is None:
+        raise error_cls(f"no SentencePiece model next to {data}: pass --spm, the model the corpus was encoded with")
+    return found
+
+
+def language_tokens(task_cfg: Dict, src: str, tgt: str, runtime: str, error_cls) -> Dict[str, List[str]]:
+    """The tokens fairseq's multilingual task puts around a sentence of this pair: ``--encoder-langtok
+    src|tgt`` prepends the source or target language's token to the source, ``--decoder-langtok``
+    forces the target language's token as the first target token."""
+    from fairseq.data.multilingual.multilingual_utils import get_lang_tok
+
+    if task_cfg.get("lang_tok_replacing_bos_eos"):
+        raise error_cls(f"--lang-tok-replacing-bos-eos checkpoints are not supported by {runtime}: translate with "
+                        "fairseq-generate")
+    style = task_cfg.get("lang_tok_style") or "multilingual"
+    side = task_cfg.get("encoder_langtok")
+    source = [get_lang_tok(src if side == "src" else tgt, style)] if side else []
+    target = [get_lang_tok(tgt, style)] if task_cfg.get("decoder_langtok") else []
+    return {"source_prefix": source, "target_prefix": target}

@@ -1,0 +1,126 @@
+"""Checkpoints and training runs a user gets wrong (the second bad-input sweep): a file that is no fairseq
+checkpoint, a missing or directory ``--path``, a ``--max-update`` below what the run already trained, a disk that
+fills while a checkpoint is saved, a ``.bin`` deleted beside its ``.idx``, a missing ``--lsl-dense-init``. Each is
+one line naming the problem and the fix, and nothing is lost or left half-written."""
+
+import errno
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli_checks import GEN, TRAIN, fairseq_error, langshare, snapshot
+from tiny_corpus import generate, task_args, train
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread(one_thread):
+    yield
+
+
+@pytest.mark.parametrize("content", ["plain-dict", "bare-tensor", "dict-of-tensors"])
+def test_a_file_that_is_no_fairseq_checkpoint_is_one_line(corpus, run, tmp_path, capsys, content):
+    """Was ``KeyError: 'best_loss'`` / ``Tensor.__contains__`` in fairseq-generate and ``error: best_loss`` in
+    export."""
+    path = tmp_path / "model.pt"
+    torch.save({"plain-dict": {"a": 1, "b": [2]}, "bare-tensor": torch.zeros(3),
+                "dict-of-tensors": torch.load(run / "checkpoint_last.pt", weights_only=True)["model"]}[content], path)
+    holds = {"plain-dict": "a dict with keys a, b", "bare-tensor": "a tensor",
+             "dict-of-tensors": "a dict of 90 tensors (bare weights, such as a state_dict)"}[content]
+    line = fairseq_error(generate, task_args(corpus) + ["--path", str(path)] + GEN, prog="fairseq-generate")
+    assert line.startswith(f"fairseq-generate: error: {path} is not a fairseq checkpoint (it holds {holds}"), line
+    assert line.endswith("pass a checkpoint that fairseq-train or langshare export wrote"), line
+    code, line = langshare(capsys, "export", path, "--src", "en", "--tgt", "xx", "--out", tmp_path / "en-xx.pt")
+    assert code == 2 and line.startswith(f"langshare export: error: {path} is not a fairseq checkpoint"), line
+    assert not (tmp_path / "en-xx.pt").exists()
+
+
+@pytest.mark.parametrize("case", ["missing", "directory"])
+def test_a_missing_or_directory_path_is_one_line(corpus, run, case):
+    path = run / "checkpoint_9.pt" if case == "missing" else run
+    line = fairseq_error(generate, task_args(corpus) + ["--path", str(path)] + GEN, prog="fairseq-generate")
+    if case == "missing":
+        assert line.startswith(f"fairseq-generate: error: --path {path}: no such checkpoint; "), line
+    else:
+        assert line.startswith(f"fairseq-generate: error: --path {path} is a directory; "), line
+    assert f"pass a checkpoint file, e.g. {run / 'checkpoint_last.pt'}" in line, line
+
+
+def test_max_update_below_the_checkpoints_updates_is_refused_before_anything_is_written(corpus, run, tmp_path):
+    """Was: one more update, an INFO line, and checkpoint_last.pt/checkpoint_best.pt overwritten by it."""
+    save = tmp_path / "ckpt"
+    shutil.copytree(run, save)
+    before = snapshot(save)
+    line = fairseq_error(train, task_args(corpus) + TRAIN + ["--max-update", "2", "--save-dir", str(save)])
+    assert line == (f"fairseq-train: error: {save / 'checkpoint_last.pt'} was trained for 4 updates, more than "
+                    "--max-update 2: pass --max-update 4 or more to train on, or another --save-dir (or "
+                    "--restore-file) to start a run from scratch"), line
+    after = snapshot(save)
+    assert after == before  # nothing written: no crash.pt, no checkpoint replaced
+
+
+@pytest.mark.parametrize("step", ["write", "copy"])
+def test_a_full_disk_while_saving_leaves_no_tmp_and_keeps_the_previous_checkpoints(corpus, run, tmp_path,
+                                                                                 monkeypatch, step):
+    """write: fairseq's NAME.tmp was left behind, with a traceback; copy: fairseq copies the saved checkpoint to
+    checkpoint_last.pt in place, so a full disk truncated the previous one."""
+    import shutil as shutil_module
+    import time
+    from types import SimpleNamespace
+
+    import fairseq.checkpoint_utils
+
+    save = tmp_path / "ckpt"
+    shutil.copytree(run, save)
+    before = snapshot(save)
+
+    def full_disk(obj, f, *args, **kwargs):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def full_disk_copy(src, dst, *args, **kwargs):
+        Path(dst).write_bytes(Path(src).read_bytes()[:100])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if step == "write":
+        monkeypatch.setattr(torch, "save", full_disk)
+        # fairseq tries a failed save three times, 2.5 s apart: the tries stay, the waits go
+        monkeypatch.setattr(fairseq.checkpoint_utils, "time", SimpleNamespace(time=time.time, sleep=lambda s: None))
+    else:
+        monkeypatch.setattr(shutil_module, "copyfile", full_disk_copy)
+    argv = task_args(corpus) + TRAIN + ["--max-update", "5", "--save-dir", str(save)]
+    if step == "copy":  # an epoch or update checkpoint is written, then copied to checkpoint_last.pt
+        argv.remove("--no-epoch-checkpoints")
+        argv += ["--save-interval-updates", "1"]
+    line = fairseq_error(train, argv)
+    assert line.startswith(f"fairseq-train: error: cannot save checkpoint {save / 'checkpoint_last.pt'}: No space "
+                           f"left on device; {save / 'checkpoint_last.pt'} is the last one saved"), line
+    after = snapshot(save)
+    for name in set(after) - set(before):  # the checkpoint written before the copy failed: whole
+        assert step == "copy" and name.endswith(".pt"), name
+        assert torch.load(save / name, weights_only=True)["optimizer_history"][-1]["num_updates"] == 5
+        del after[name]
+    assert after == before  # no .tmp, nothing replaced
+
+
+def test_a_bin_deleted_beside_its_idx_is_one_line(corpus, run, eval_corpus, tmp_path, capsys):
+    data = eval_corpus / "bin"
+    (data / "test.en-xx.xx.bin").unlink()
+    argv = [str(data)] + task_args(corpus)[1:] + ["--path", str(run / "checkpoint_last.pt")] + GEN
+    message = f"{data / 'test.en-xx.xx.bin'} is missing (its index {data / 'test.en-xx.xx.idx'} is there): " \
+              "re-binarize the test data of en-xx with fairseq-preprocess"
+    assert fairseq_error(generate, argv, prog="fairseq-generate") == f"fairseq-generate: error: {message}"
+    code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx",
+                           "--out-json", tmp_path / "r.json")
+    assert (code, line) == (2, f"langshare evaluate: error: {message}")
+
+
+def test_a_missing_lsl_dense_init_is_one_line(corpus, tmp_path):
+    missing = tmp_path / "dense.pt"
+    line = fairseq_error(train, task_args(corpus) + TRAIN + [
+        "--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "SRC={1}", "--lsl-dense-init", str(missing),
+        "--max-update", "2", "--save-dir", str(tmp_path / "s")])
+    assert line == (f"fairseq-train: error: --lsl-dense-init {missing}: no such checkpoint; pass the "
+                    "checkpoint of the dense pre-training run (e.g. its checkpoint_best.pt)"), line
+    assert not list((tmp_path / "s").iterdir())

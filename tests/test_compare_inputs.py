@@ -1,0 +1,75 @@
+"""``langshare compare`` on runs that do not line up (the second bad-input sweep): runs with different direction
+sets are averaged over the directions every run has, with the others marked; a file of another kind (a compare
+output, a head-to-head JSON) is refused by name instead of read as results."""
+
+import json
+
+import pytest
+
+from cli_checks import langshare
+from fairseq_langshare import comparison
+
+
+def results(scores):
+    """evaluate results with these BLEU/chrF scores per direction (all high-resource)."""
+    rows = {d: {"train_size": 20000, "group": "high", "supervised": True, "bleu": s, "chrf": s + 20.0,
+                "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.0",
+                "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.4.0",
+                "spbleu": None, "spbleu_signature": None, "n": 20} for d, s in scores.items()}
+    from fairseq_langshare.evaluation import _averages
+
+    return {"checkpoint": "x.pt", "corpus": "c", "split": "test", "directions": rows, "averages": _averages(rows)}
+
+
+def write(tmp_path, name, obj):
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(obj))
+    return path
+
+
+@pytest.mark.parametrize("order", ["complete-first", "skipping-first"])
+def test_runs_with_different_directions_are_averaged_over_the_common_ones(tmp_path, capsys, order):
+    """Was: a run that skipped a direction had the higher "all" average while losing every direction it has (it
+    averaged over fewer, easier directions); with it first, the other run's extra direction vanished from the table
+    while its average still counted it."""
+    complete = write(tmp_path, "complete", results({"en-xx": 30.0, "en-yy": 10.0}))
+    skipping = write(tmp_path, "skipping", results({"en-xx": 28.0}))
+    runs = [complete, skipping] if order == "complete-first" else [skipping, complete]
+    code, _ = langshare(capsys, "compare", *runs, "--no-significance", "--out-json", tmp_path / "cmp.json",
+                        "--out-md", tmp_path / "cmp.md")
+    assert code == 0
+    cmp = json.loads((tmp_path / "cmp.json").read_text())
+    assert list(cmp["directions"]) == ["en-xx", "en-yy"]  # every direction of every run
+    assert cmp["common_directions"] == ["en-xx"] and cmp["missing"] == {"en-yy": ["skipping"]}
+    alls = {name: e["averages"]["all"]["bleu"]["mean"] for name, e in cmp["systems"].items()}
+    assert alls == {"complete": 30.0, "skipping": 28.0}
+    assert all(e["averages"]["all"]["n_directions"] == 1 for e in cmp["systems"].values())
+    table = (tmp_path / "cmp.md").read_text()
+    assert "| en-yy* |" in table and "| en-xx |" in table
+    assert ("* not in every run (en-yy: not in skipping): left out of the averages, which are over the 1 "
+            "direction every run has") in table
+
+
+def test_runs_that_share_no_direction_are_refused(tmp_path, capsys):
+    a = write(tmp_path, "a", results({"en-xx": 30.0}))
+    b = write(tmp_path, "b", results({"en-yy": 20.0}))
+    code, line = langshare(capsys, "compare", a, b, "--no-significance")
+    assert (code, line) == (2, "langshare compare: error: the runs share no direction (a: en-xx; b: en-yy): compare "
+                               "runs evaluated on the same directions (evaluate --directions)")
+
+
+@pytest.mark.parametrize("kind", ["compare output", "head-to-head results"])
+def test_compare_recognises_files_of_another_kind(tmp_path, capsys, kind):
+    """Was: a compare output read as results (every cell "-"); a head-to-head JSON gave `error: group`."""
+    a = write(tmp_path, "a", results({"en-xx": 30.0}))
+    if kind == "compare output":
+        other = write(tmp_path, "other", comparison.compare([("a", json.loads(a.read_text()))], test=False))
+        what = "a `langshare compare` output (--out-json)"
+    else:
+        other = write(tmp_path, "other", {"generated": "2026-11-28", "updates": 10, "seeds": [1], "train_flags": [],
+                                          "evaluate_flags": [], "baseline": "shared",
+                                          "directions": {"o2m": {"models": {}, "langs": []}}})
+        what = "a `langshare head-to-head` results file"
+    code, line = langshare(capsys, "compare", a, other, "--no-significance")
+    assert (code, line) == (2, f"langshare compare: error: {other} is {what}, not `langshare evaluate` results: "
+                               "pass files written by langshare evaluate --out-json"), line

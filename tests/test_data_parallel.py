@@ -1,0 +1,209 @@
+"""Distributed data-parallel training (docs/scale.md): where each process finds its rank, and 2 gloo
+ranks with batch B reaching what one process reaches with --update-freq 2 on the same batches, for
+every method, both DDP backends, across the phase switches, with activation checkpointing, and
+resumed from the other world size (benchmarks/data_parallel_steps.py builds fairseq's trainer
+in-process on a fixed plan of batches)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from test_hydra_and_distributed import free_port
+from tiny_corpus import build_task_and_model
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:  # benchmarks/ is a top-level directory of the repository, not installed
+    sys.path.insert(0, REPO)
+
+from benchmarks import data_parallel_steps as steps  # noqa: E402
+from fairseq_langshare import distributed_launch  # noqa: E402
+
+LAUNCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
+PAIRS = "en-xx,en-yy,xx-yy"  # xx-yy (valid only): a source language only one rank has in some updates
+# float tolerance of "the same parameters": 2 ranks are bit-identical to one process here (gloo sums two
+# halves exactly, (g0/2 + g1/2) * 2 = g0 + g1); the tolerance leaves room for another reduction order.
+# Unsynchronised gradients move parameters by ~3e-2 in the same 6 updates.
+TOLERANCE = dict(atol=1e-6, rtol=1e-5)
+
+
+# --- where a process finds its place -------------------------------------------------------
+
+def test_torchrun_variables_give_rank_world_size_and_local_device():
+    env = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "16", "RANK": "9", "LOCAL_RANK": "1"}
+    assert distributed_launch.launcher_placement(env, gpus=8, port=0) == {
+        "launcher": "torchrun", "init_method": "env://", "world_size": 16, "rank": 9, "device_id": 1}
+    assert distributed_launch.launcher_placement(env, gpus=1, port=0)["device_id"] == 0  # one visible GPU each
+    assert distributed_launch.launcher_placement({**env, "WORLD_SIZE": "1", "RANK": "0"}, gpus=0, port=0) is None
+
+
+def test_srun_variables_give_rank_world_size_first_node_and_a_port_from_the_job():
+    env = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "gpu[07-08],cpu3", "SLURM_NNODES": "2",
+           "SLURM_NTASKS": "16", "SLURM_PROCID": "11", "SLURM_LOCALID": "3", "SLURM_NODEID": "1"}
+    placement = distributed_launch.launcher_placement(env, gpus=8, port=0)
+    port = distributed_launch.slurm_port("4242")
+    assert placement == {"launcher": "srun", "init_method": f"tcp://gpu07:{port}", "world_size": 16, "rank": 11,
+                         "device_id": 3}
+    assert 10000 <= port <= 60000 and port == distributed_launch.slurm_port("4242")  # every task draws it alike
+    assert distributed_launch.launcher_placement(env, gpus=8, port=12345)["init_method"] == "tcp://gpu07:12345"
+    # one task per GPU node: fairseq spawns one process per GPU (its own path); on CPU nodes a task is a rank
+    per_node = {**env, "SLURM_NTASKS": "2", "SLURM_PROCID": "1"}
+    assert distributed_launch.launcher_placement(per_node, gpus=8, port=0) is None
+    assert distributed_launch.launcher_placement(per_node, gpus=0, port=0)["world_size"] == 2
+    assert distributed_launch.first_slurm_host("rack[1-2]-n[01-04],x") == "rack1-n01"
+    assert distributed_launch.first_slurm_host("solo") == "solo"
+
+
+def test_a_world_size_that_contradicts_the_launcher_is_refused_in_one_line(monkeypatch):
+    from fairseq.dataclass.configs import FairseqConfig
+    from omegaconf import OmegaConf
+
+    def config(world_size):  # fairseq-train's cfg.distributed_training
+        cfg = OmegaConf.structured(FairseqConfig)
+        cfg.distributed_training.distributed_world_size = world_size
+        return cfg.distributed_training
+
+    for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "WORLD_SIZE": "2", "RANK": "1",
+                       "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(key, value)
+    cfg = config(1)  # fairseq's default without GPUs
+    distributed_launch.infer_init_method(cfg)
+    assert (cfg.distributed_init_method, cfg.distributed_world_size, cfg.distributed_rank, cfg.device_id,
+            cfg.distributed_no_spawn) == ("env://", 2, 1, 1, True)
+    with pytest.raises(ValueError, match=r"^--distributed-world-size 4 but torchrun started 2 processes; drop"):
+        distributed_launch.infer_init_method(config(4))
+
+
+def test_a_training_run_a_launcher_started_as_one_of_several_ranks_is_never_trained_alone(corpus, monkeypatch):
+    """fairseq-hydra-train loads the plugin after fairseq read the launcher's variables: a run about
+    to train alone in rank 1 of 2 is refused in one line naming the overrides (a decoding is not)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    build_task_and_model(corpus, extra=["--max-update", "1"])  # no launcher: trains alone
+    for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "WORLD_SIZE": "2", "RANK": "1",
+                       "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError, match=r"^this process is rank 1 of the 2 torchrun started, but fairseq is training "
+                                         r"it alone .*: add distributed_training.distributed_init_method=env:// "
+                                         r"[^\n]*\(docs/scale.md\)$"):
+        build_task_and_model(corpus, extra=["--max-update", "1"])
+
+
+# --- 2 ranks = 1 process with --update-freq 2 ----------------------------------------------
+
+METHODS_BACKENDS = [(m, b) for m in steps.METHODS for b in steps.BACKENDS]
+PHASED = ("latent_depth/pytorch_ddp", "adaptive_sparse/legacy_ddp")  # saved after their switch, resumed
+SINGLE_RUNS = [f"{m}/{b}" for m, b in METHODS_BACKENDS] + [f"{r}/first" for r in PHASED]
+RANK_RUNS = SINGLE_RUNS + [f"{r}/resume" for r in PHASED] + [
+    "latent_depth/pytorch_ddp/checkpoint", "lsl_separate_decoder/pytorch_ddp/checkpoint",
+    "multistack/legacy_ddp/checkpoint", "baseline/pytorch_ddp/broken", "lsl_separate_decoder/legacy_ddp/broken"]
+
+
+def harness_args(corpus, runs, out, checkpoint_dir):
+    return ["--data", str(corpus["bin"]), "--langs", ",".join(corpus["langs"]), "--lang-pairs", PAIRS,
+            "--runs", ",".join(runs), "--checkpoint-dir", str(checkpoint_dir), "--out", str(out)]
+
+
+def run_two_ranks(args):
+    """Two processes with the variables torchrun sets."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "WORLD_SIZE": "2", "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.data_parallel_steps", *args], cwd=REPO,
+                              env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-4000:]
+
+
+@pytest.fixture(scope="module")
+def harness(corpus, tmp_path_factory):
+    """The plan run by one process (micro-batches), then by 2 ranks (resuming the process's
+    checkpoints), then the process resuming the ranks' checkpoints."""
+    tmp = tmp_path_factory.mktemp("ddp")
+    threads = torch.get_num_threads()
+    launcher = {k: os.environ.pop(k) for k in LAUNCH_VARIABLES if k in os.environ}  # this process: 1 rank
+    try:
+        single = steps.main(harness_args(corpus, SINGLE_RUNS, tmp / "single.pt", tmp))
+        run_two_ranks(harness_args(corpus, RANK_RUNS, tmp / "ranks.pt", tmp))
+        single.update(steps.main(harness_args(corpus, [f"{r}/resume" for r in PHASED], tmp / "resumed.pt", tmp)))
+    finally:
+        torch.set_num_threads(threads)
+        os.environ.update(launcher)
+    return single, torch.load(tmp / "ranks.pt", weights_only=False)
+
+
+def assert_same_state(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        if a[name].is_floating_point():
+            torch.testing.assert_close(a[name], b[name], **TOLERANCE, msg=lambda m: f"{name}: {m}")
+        else:
+            assert torch.equal(a[name], b[name]), name  # committed decisions, language tables
+
+
+def test_the_plan_has_updates_where_a_language_trains_on_one_rank_only(corpus):
+    task, _, _ = build_task_and_model(corpus, pairs=PAIRS.split(","))
+    task.load_dataset("valid")
+    plan = steps.equality_plan(task, "valid")
+    langs = [[{tuple(ids) for ids in zip(*(steps.collate(task, "valid", rows)["net_input"][k].tolist()
+                                          for k in ("src_lang_id", "tgt_lang_id")))} for rows in update]
+             for update in plan]
+    tgt = [[{t for _, t in rank} for rank in update] for update in langs]
+    src = [[{s for s, _ in rank} for rank in update] for update in langs]
+    every = set().union(*(a | b for a, b in tgt))
+    assert any(a.isdisjoint(b) for a, b in tgt)  # each target language on one rank only
+    assert any(a | b != every for a, b in tgt)  # a target language no rank has
+    assert any(a != b for a, b in src)  # a source language one rank has
+    assert len(plan) > steps.SWITCH  # the phase switches happen inside the plan
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,backend", METHODS_BACKENDS)
+def test_two_ranks_reach_the_parameters_of_one_process_with_update_freq_2(harness, method, backend):
+    single, ranks = harness
+    one, two = single[(method, backend, "plain")], ranks[(method, backend, "plain")]
+    assert one["num_updates"] == two["num_updates"] == 6
+    unused = method != "baseline"
+    assert (two["wrapper"], two["find_unused"]) == (
+        ("DistributedDataParallel", unused) if backend == "pytorch_ddp" else
+        ("UnusedStayUnusedLegacyDDP" if unused else "LegacyDistributedDataParallel", None))
+    assert one["losses"] == pytest.approx(two["losses"], rel=1e-5)
+    assert_same_state(one["params"], two["params"])
+    if method == "latent_depth":  # committed (update 3), with layers no language keeps, unused from then on
+        state = two["params"]
+        assert bool(state["decoder.layer_select.committed"]) and bool(state["encoder.layer_select.committed"])
+        assert (~state["decoder.layer_select.committed_keep"].any(0)).any()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", ["latent_depth/pytorch_ddp", "lsl_separate_decoder/pytorch_ddp",
+                                 "multistack/legacy_ddp"])
+def test_activation_checkpointing_on_two_ranks_changes_no_parameter(harness, run):
+    """Recomputed layers under DDP's search for unused parameters, latent depth across its commit."""
+    single, ranks = harness
+    method, backend = run.split("/")
+    assert_same_state(single[(method, backend, "plain")]["params"], ranks[(method, backend, "checkpoint")]["params"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", PHASED)
+def test_resuming_on_another_world_size_reaches_the_uninterrupted_parameters(harness, run):
+    """Saved at update 4 (after the commit / T-bar at 3) by 1 process and by 2 ranks, resumed by the
+    other: schedules, learning rate, optimizer moments and committed state all carry over."""
+    single, ranks = harness
+    method, backend = run.split("/")
+    uninterrupted = single[(method, backend, "plain")]["params"]
+    for resumed in (ranks[(method, backend, "resume")], single[(method, backend, "resume")]):  # 1 -> 2, 2 -> 1
+        assert resumed["num_updates"] == 6
+        assert_same_state(uninterrupted, resumed["params"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", ["baseline/pytorch_ddp", "lsl_separate_decoder/legacy_ddp"])
+def test_the_comparison_catches_unsynchronised_gradients(harness, run):
+    single, ranks = harness
+    method, backend = run.split("/")
+    with pytest.raises(AssertionError):
+        assert_same_state(single[(method, backend, "plain")]["params"], ranks[(method, backend, "broken")]["params"])

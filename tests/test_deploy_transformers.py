@@ -1,0 +1,416 @@
+"""langshare export --format transformers: a pair's sub-network as a model directory that
+AutoModelForSeq2SeqLM and AutoTokenizer load with no custom code, and that translates raw text
+as fairseq-interactive does on the full multilingual checkpoint."""
+
+import io
+import json
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+import torch
+
+from fairseq_langshare.cli import main as langshare
+from fairseq_langshare.deploy.transformers_export import TransformersExportError, export_transformers
+from test_deploy_ctranslate2 import PLAIN_EXPORTS, save_untrained
+from tiny_corpus import PKG_DIR, build_task_and_model, train
+
+try:
+    import transformers
+except ImportError:
+    transformers = None
+needs_transformers = pytest.mark.skipif(transformers is None, reason="transformers is not installed (optional extra: "
+                                                                      "pip install '.[transformers]')")
+# transformers 5 removed the translation pipeline (generate + batch_decode remain)
+HAS_TRANSLATION_PIPELINE = transformers is not None and int(transformers.__version__.split(".")[0]) < 5
+
+LANGS, PAIRS = ["en", "de", "fr"], ["en-de", "en-fr"]
+TRAIN = ["--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
+         "--lr", "0.005", "--max-tokens", "1000", "--log-format", "json", "--log-interval", "100", "--cpu",
+         "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "3", "--disable-validation", "--max-update", "300",
+         "--share-all-embeddings"]
+# a post-norm baseline (-> MarianMTModel) and a pre-norm method (-> M2M100)
+TRAINED = {"baseline": "langshare_transformer_tiny", "latent_depth": "latent_depth_transformer_tiny"}
+# text SentencePiece normalises: runs of spaces, ends, NFKC (full-width, ligature), unknown characters,
+# the special symbols' own spellings, a leading U+2581
+TRICKY = ["  open   the file  ", "ｆｕｌｌ ｗｉｄｔｈ ﬁle Ⅻ", "漢字 and 😀😀 unknown", "<s-like> _fr_ and unk>",
+          "\u2581already escaped", "tab\tand\u00a0nbsp", "", "a"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread(one_thread):
+    yield
+
+
+@pytest.fixture(scope="module")
+def spm_corpus(tmp_path_factory):
+    """A tiny English->{de,fr} corpus with its SentencePiece model (the layout langshare prepare-* writes)."""
+    from recipe_mirrors import prepare_tiny
+
+    return Path(prepare_tiny("opus100", tmp_path_factory.mktemp("spm_corpus"), langs=["de", "fr"], direction="o2m"))
+
+
+def corpus_of(spm_corpus):
+    return {"bin": spm_corpus / "bin", "langs": LANGS, "pairs": PAIRS}
+
+
+def raw(corpus, pair, lang):
+    return (corpus / "raw" / f"test.{pair}.{lang}").read_text(encoding="utf-8").splitlines()
+
+
+def untrained(spm_corpus, path, arch="langshare_transformer_tiny", flags=("--share-all-embeddings",), langtok=True):
+    _, model, args = build_task_and_model(corpus_of(spm_corpus), arch=arch, extra=list(flags), langtok=langtok)
+    return model.eval(), save_untrained(model, args, path)
+
+
+def save_as_fairseq_train(model, args, path):
+    """A freshly built model saved with fairseq-train's config sections (fairseq-interactive loads it)."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from fairseq_langshare.export import _plain
+
+    torch.save({"args": None, "cfg": _plain(convert_namespace_to_omegaconf(args)), "model": model.state_dict(),
+                "optimizer_history": [{"criterion_name": "c", "optimizer_name": "o", "lr_scheduler_state": {"best": None},
+                                       "num_updates": 0}],
+                "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}}}, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def baseline_export(spm_corpus, tmp_path_factory):
+    """An untrained post-norm model, its checkpoint and its en->fr transformers export."""
+    root = tmp_path_factory.mktemp("baseline")
+    model, ckpt = untrained(spm_corpus, root / "model.pt")
+    export_transformers(ckpt, "en", "fr", root / "hf", verbose=False)
+    return model, ckpt, root / "hf"
+
+
+def fairseq_interactive(corpus, checkpoint, lines, pair, beam, tmp_path, langtok=("--encoder-langtok", "tgt"),
+                        extra=()):
+    """What a user runs on the full multilingual checkpoint: raw text in, detokenised text out."""
+    from fairseq import options
+    from fairseq_cli import interactive
+
+    src, tgt = pair.split("-")
+    (tmp_path / "input.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    parser = options.get_interactive_generation_parser()
+    args = options.parse_args_and_arch(parser, [
+        str(corpus / "bin"), "--task", "multilingual_langshare", "--user-dir", PKG_DIR, "--langs", ",".join(LANGS),
+        "--lang-pairs", ",".join(PAIRS), *langtok, "--path", str(checkpoint), "-s", src, "-t", tgt,
+        "--beam", str(beam), "--cpu", "--bpe", "sentencepiece", "--sentencepiece-model", str(corpus / "spm.model"),
+        "--input", str(tmp_path / "input.txt"), "--buffer-size", "100", "--batch-size", "100", *extra])
+    out = io.StringIO()
+    with redirect_stdout(out):
+        interactive.main(args)
+    return [line.split("\t")[2] for line in out.getvalue().splitlines() if line.startswith("D-")]
+
+
+def hf_translate(model_dir, lines, **generate):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForSeq2SeqLM.from_pretrained(str(model_dir)).eval()
+    batch = tokenizer(lines, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        return tokenizer.batch_decode(model.generate(**batch, **generate), skip_special_tokens=True)
+
+
+# --- tokenizer ------------------------------------------------------------------------------
+
+@needs_transformers
+def test_tokenizer_encodes_raw_text_as_fairseq_does(spm_corpus, baseline_export):
+    """SentencePiece pieces looked up in fairseq's dictionary, the target language's token before
+    them (--encoder-langtok tgt) and </s> after: what fairseq-interactive feeds the encoder."""
+    import sentencepiece
+    from fairseq.data import Dictionary
+    from transformers import AutoTokenizer
+
+    _, _, hf = baseline_export
+    tokenizer = AutoTokenizer.from_pretrained(str(hf))
+    assert type(tokenizer).__name__ in ("PreTrainedTokenizerFast", "TokenizersBackend")
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(spm_corpus / "spm.model"))
+    d = Dictionary.load(str(spm_corpus / "bin" / "dict.en.txt"))
+    for lang in LANGS:
+        d.add_symbol(f"__{lang}__")
+    lines = raw(spm_corpus, "en-fr", "en") + TRICKY
+    for line in lines:
+        expected = [d.index("__fr__")] + d.encode_line(" ".join(spm.encode(line, out_type=str)),
+                                                         add_if_not_exist=False).tolist()
+        assert tokenizer(line).input_ids == expected, line
+    assert any(d.unk() in tokenizer(line).input_ids for line in TRICKY)  # unknown characters are exercised
+    # the one difference, as in every transformers tokenizer: the literal text of a dictionary symbol that is
+    # no SentencePiece piece is that symbol (SentencePiece would cut it into pieces)
+    ids = tokenizer("a __de__ <unk> </s>").input_ids
+    assert ids[0] == d.index("__fr__") and ids[-4:] == [d.index("__de__"), d.unk(), d.eos(), d.eos()]
+
+
+@needs_transformers
+def test_decoding_detokenises_as_remove_bpe_sentencepiece(spm_corpus, baseline_export):
+    import sentencepiece
+    from fairseq.data import Dictionary
+    from fairseq.data.data_utils import post_process
+    from transformers import AutoTokenizer
+
+    _, _, hf = baseline_export
+    tokenizer = AutoTokenizer.from_pretrained(str(hf))
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(spm_corpus / "spm.model"))
+    d = Dictionary.load(str(spm_corpus / "bin" / "dict.fr.txt"))
+    for lang in LANGS:
+        d.add_symbol(f"__{lang}__")
+    fr = d.index("__fr__")
+    for line in raw(spm_corpus, "en-fr", "fr") + TRICKY:
+        ids = d.encode_line(" ".join(spm.encode(line, out_type=str)), add_if_not_exist=False).tolist()
+        expected = post_process(d.string(torch.tensor(ids)), "sentencepiece")
+        assert tokenizer.decode([2, fr] + ids, skip_special_tokens=True) == expected, line
+    # a trailing or leading lone U+2581 piece: fairseq strips the spaces it becomes
+    edge = [d.index("\u2581"), d.index("\u2581")] + d.encode_line(" ".join(spm.encode("open it", out_type=str)),
+                                                                add_if_not_exist=False).tolist()[:-1]
+    edge += [d.index("\u2581"), d.eos()]
+    assert tokenizer.decode(edge, skip_special_tokens=True) == post_process(d.string(torch.tensor(edge)),
+                                                                            "sentencepiece") == "open it"
+
+
+@needs_transformers
+@pytest.mark.parametrize("options", [{}, {"user_defined_symbols": ["<sep>", "@@"]}, {"model_type": "bpe"},
+                                     {"byte_fallback": True, "vocab_size": 400}])
+def test_tokenizer_builder_follows_the_sentencepiece_model(spm_corpus, tmp_path, options):
+    """SentencePiece models langshare does not train itself: user-defined symbols are emitted whole (as
+    SentencePiece does); BPE and byte-fallback models are refused in one line."""
+    import sentencepiece
+
+    from fairseq_langshare.deploy.transformers_export import _build_tokenizer
+
+    lines = raw(spm_corpus, "en-fr", "en") + raw(spm_corpus, "en-fr", "fr")
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(tmp_path / "m"),
+                                             **{"vocab_size": 100, **options}, hard_vocab_limit=False, minloglevel=2,
+                                             num_threads=1)
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "m.model"))
+    symbols = ["<s>", "<pad>", "</s>", "<unk>"] + [spm.id_to_piece(i) for i in range(spm.get_piece_size())
+                                                   if not (spm.is_control(i) or spm.is_unknown(i))] + ["__fr__"]
+    build = lambda: _build_tokenizer(tmp_path / "m.model", symbols, 3, ["__fr__"], "</s>", ["</s>", "__fr__"])
+    if options.get("model_type") or options.get("byte_fallback"):
+        with pytest.raises(TransformersExportError, match="is not a unigram SentencePiece model without byte fallback"):
+            build()
+        return
+    tokenizer, ids = build(), {s: i for i, s in enumerate(symbols)}
+    for line in lines + TRICKY + ["a<sep>b @@ c@@d"]:
+        pieces = spm.encode(line, out_type=str)
+        assert tokenizer.encode(line).ids == [ids["__fr__"]] + [ids.get(p, 3) for p in pieces] + [2], line
+
+
+# --- the network ----------------------------------------------------------------------------
+
+LOGIT_CASES = {**{name: (arch, ["--share-all-embeddings", *flags]) for name, (arch, flags) in PLAIN_EXPORTS.items()},
+               "baseline_prenorm": ("langshare_transformer_tiny", ["--share-all-embeddings", "--encoder-normalize-before",
+                                                                   "--decoder-normalize-before"]),
+               "baseline_separate_embeddings": ("langshare_transformer_tiny", []),
+               "baseline_tied_decoder_only": ("langshare_transformer_tiny", ["--share-decoder-input-output-embed"])}
+
+
+@needs_transformers
+@pytest.mark.parametrize("case", list(LOGIT_CASES))
+def test_logits_equal_the_full_model(spm_corpus, tmp_path, case):
+    """Every method whose pair exports today, post-norm and pre-norm, shared and separate embeddings:
+    the transformers model's logits (a right-padded batch) equal the full multilingual model's for the pair."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    arch, flags = LOGIT_CASES[case]
+    model, ckpt = untrained(spm_corpus, tmp_path / "model.pt", arch, flags)
+    export_transformers(ckpt, "en", "fr", tmp_path / "hf", verbose=False)
+    expected_class = "M2M100ForConditionalGeneration" if model.cfg.encoder.normalize_before else "MarianMTModel"
+    assert json.loads((tmp_path / "hf" / "langshare.json").read_text())["transformers_model"] == expected_class
+    hf = AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path / "hf")).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    sources, targets = raw(spm_corpus, "en-fr", "en")[:4], raw(spm_corpus, "en-fr", "fr")[:4]
+    src = tokenizer(sources, return_tensors="pt", padding=True)
+    tgt = [tokenizer(t).input_ids[1:] for t in targets]  # pieces + </s>, without the source's language token
+    width = max(map(len, tgt))
+    prev = torch.tensor([[2] + t[:-1] + [1] * (width - len(t)) for t in tgt])
+    with torch.no_grad():
+        got = hf(**src, decoder_input_ids=prev, decoder_attention_mask=prev.ne(1).long(), use_cache=False).logits
+        for i, t in enumerate(tgt):
+            s = src.input_ids[i][src.attention_mask[i].bool()][None]
+            full = model(src_tokens=s, src_lengths=torch.tensor([s.size(1)]), prev_output_tokens=prev[i: i + 1, :len(t)],
+                         src_lang_id=torch.tensor([0]), tgt_lang_id=torch.tensor([2]))[0][0]
+            torch.testing.assert_close(got[i, :len(t)], full, atol=1e-4, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def trained(spm_corpus, tmp_path_factory):
+    """A post-norm baseline and a pre-norm latent-depth model, 300 updates each, and their
+    en->de and en->fr exports."""
+    out = {}
+    for method, arch in TRAINED.items():
+        save = tmp_path_factory.mktemp(method)
+        train([str(spm_corpus / "bin"), "--task", "multilingual_langshare", "--user-dir", PKG_DIR, "--langs",
+               ",".join(LANGS), "--lang-pairs", ",".join(PAIRS), "--encoder-langtok", "tgt", "--arch", arch]
+              + TRAIN + ["--save-dir", str(save)])
+        ckpt = save / "checkpoint_last.pt"
+        out[method] = {"checkpoint": ckpt}
+        for pair in PAIRS:
+            src, tgt = pair.split("-")
+            assert langshare(["export", str(ckpt), "--src", src, "--tgt", tgt, "--format", "transformers",
+                              "--out", str(save / f"hf-{pair}")]) == 0
+            out[method][pair] = save / f"hf-{pair}"
+    return out
+
+
+@needs_transformers
+@pytest.mark.slow
+@pytest.mark.parametrize("method", list(TRAINED))
+def test_generate_translates_as_fairseq_interactive(spm_corpus, trained, tmp_path, method):
+    """Raw text -> AutoTokenizer -> generate -> batch_decode gives fairseq-interactive's output on the full
+    checkpoint: greedy on >= 99% of the test sentences, beam 4 on >= 97% (both directions, 60 sentences)."""
+    same, total = {1: 0, 4: 0}, 0
+    for pair in PAIRS:
+        lines = raw(spm_corpus, pair, "en")
+        for beam in same:
+            ours = hf_translate(trained[method][pair], lines, num_beams=beam)
+            theirs = fairseq_interactive(spm_corpus, trained[method]["checkpoint"], lines, pair, beam, tmp_path)
+            assert len(ours) == len(theirs) == len(lines)
+            same[beam] += sum(a == b for a, b in zip(ours, theirs))
+        total += len(lines)
+        words = " ".join(ours).split()
+        tgt = pair.split("-")[1]
+        assert sum(w.endswith(tgt) for w in words) > 0.9 * len(words), f"translations into {tgt}: {ours[:3]}"
+    assert same[1] >= 0.99 * total and same[4] >= 0.97 * total, f"identical of {total}: {same}"
+
+
+@needs_transformers
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_TRANSLATION_PIPELINE, reason="transformers 5 removed the translation pipeline")
+def test_translation_pipeline_translates_raw_text(spm_corpus, trained, tmp_path):
+    """pipeline("translation", model=DIR) prints what fairseq-interactive prints with the same beam
+    (the pipeline's own default, 4 in transformers 4.57, overrides the exported 5)."""
+    from transformers import pipeline
+
+    lines = raw(spm_corpus, "en-fr", "en")
+    for method in TRAINED:
+        translator = pipeline("translation", model=str(trained[method]["en-fr"]), device="cpu")
+        ours = [out["translation_text"] for out in translator(lines)]
+        beam = translator.generation_config.num_beams
+        theirs = fairseq_interactive(spm_corpus, trained[method]["checkpoint"], lines, "en-fr", beam, tmp_path)
+        assert sum(a == b for a, b in zip(ours, theirs)) >= 0.97 * len(lines) and all(ours), (method, beam)
+
+
+@needs_transformers
+def test_decoder_language_token_is_forced_first_and_stripped(spm_corpus, tmp_path):
+    """--encoder-langtok src --decoder-langtok: the source gets __en__, decoding starts with </s> __fr__
+    (forced_bos_token_id) and the output drops it, as fairseq strips it (greedy, untrained model)."""
+    from transformers import AutoTokenizer
+
+    flags = ["--share-all-embeddings", "--encoder-langtok", "src", "--decoder-langtok"]
+    _, model, args = build_task_and_model(corpus_of(spm_corpus), extra=flags, langtok=False)
+    ckpt = save_as_fairseq_train(model, args, tmp_path / "model.pt")
+    export_transformers(ckpt, "en", "fr", tmp_path / "hf", verbose=False)
+    manifest = json.loads((tmp_path / "hf" / "langshare.json").read_text())
+    assert manifest["source_prefix"] == ["__en__"] and manifest["target_prefix"] == ["__fr__"]
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    assert generation["forced_bos_token_id"] == tokenizer.convert_tokens_to_ids("__fr__")
+    lines = raw(spm_corpus, "en-fr", "en")[:12]
+    assert tokenizer(lines[0]).input_ids[0] == tokenizer.convert_tokens_to_ids("__en__")
+    ours = hf_translate(tmp_path / "hf", lines, num_beams=1, max_length=9)
+    theirs = fairseq_interactive(spm_corpus, ckpt, lines, "en-fr", 1, tmp_path,
+                                 langtok=("--encoder-langtok", "src", "--decoder-langtok"), extra=("--max-len-b", "8"))
+    assert ours == theirs and len(set(ours)) > 3
+
+
+# --- refusals, the output directory, the optional dependency --------------------------------
+
+def one_line_error(capsys):
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("langshare export: error: ") and "\n" not in err, err
+    return err
+
+
+@needs_transformers
+@pytest.mark.parametrize("arch,flags,message", [
+    ("langshare_adapter_transformer_tiny", ["--share-all-embeddings"],
+     "(langshare_adapter_single) adds language adapters to every layer, which transformers' MarianMTModel and M2M100 "
+     "models cannot run: export with --format fairseq and translate with fairseq-generate --user-dir"),
+    ("clsr_transformer_tiny", ["--share-all-embeddings", "--clsr-encoder-lang", "tgt"],
+     "(clsr_transformer) has CLSR projections that langshare export cannot write as a plain transformer"),
+    ("langshare_transformer_tiny", ["--share-all-embeddings", "--encoder-normalize-before"],
+     "has no transformers equivalent (a pre-norm encoder with a post-norm decoder or the reverse"),
+    ("langshare_transformer_tiny", ["--encoder-normalize-before", "--decoder-normalize-before"],
+     "has no transformers equivalent (separate encoder and decoder embeddings in a pre-norm model"),
+    ("langshare_transformer_tiny", ["--share-all-embeddings", "--encoder-learned-pos"],
+     "has no transformers equivalent (learned encoder positions)"),
+])
+def test_pair_networks_transformers_cannot_hold_are_refused_in_one_line(spm_corpus, tmp_path, capsys, arch, flags,
+                                                                        message):
+    _, ckpt = untrained(spm_corpus, tmp_path / "model.pt", arch, flags)
+    assert langshare(["export", str(ckpt), "--src", "en", "--tgt", "fr", "--format", "transformers", "--out",
+                      str(tmp_path / "hf")]) == 2
+    err = one_line_error(capsys)
+    assert err.startswith("langshare export: error: the en->fr network of") and message in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+@needs_transformers
+def test_export_errors_are_the_fairseq_exports(baseline_export, tmp_path, capsys):
+    """What export_pair refuses (here an unknown language) is refused with the same line."""
+    _, ckpt, _ = baseline_export
+    base = ["export", str(ckpt), "--src", "en", "--tgt", "xx"]
+    assert langshare(base + ["--out", str(tmp_path / "x.pt")]) == 2
+    fairseq_line = one_line_error(capsys)
+    assert langshare(base + ["--out", str(tmp_path / "hf"), "--format", "transformers"]) == 2
+    assert one_line_error(capsys) == fairseq_line
+    assert langshare(["export", str(ckpt), "--src", "en", "--tgt", "fr", "--out", str(tmp_path / "hf"), "--format",
+                      "transformers", "--quantization", "int8"]) == 2
+    assert "--quantization applies to --format ctranslate2 only" in one_line_error(capsys)
+    assert not list(tmp_path.iterdir())
+
+
+@needs_transformers
+def test_out_directory_of_the_user_is_never_emptied(baseline_export, tmp_path, capsys):
+    _, ckpt, _ = baseline_export
+    out = tmp_path / "en-fr"
+    export = ["export", str(ckpt), "--src", "en", "--tgt", "fr", "--format", "transformers", "--out", str(out)]
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    assert langshare(export) == 2
+    assert "exists and is not a langshare export: pass a new --out" in one_line_error(capsys)
+    (out / "notes.txt").unlink()
+    assert langshare(export) == 0 and langshare(export) == 0  # an earlier export is replaced
+    manifest = json.loads((out / "langshare.json").read_text())
+    assert sorted(manifest["files"]) == sorted(p.name for p in out.iterdir() if p.name != "langshare.json")
+    (out / "hyps.fr").write_text("my translations")
+    (out / "runs").mkdir()
+    capsys.readouterr()
+    assert langshare(export) == 2
+    err = one_line_error(capsys)
+    assert "also holds files langshare export did not write (hyps.fr, runs/)" in err
+    assert (out / "hyps.fr").read_text() == "my translations" and (out / "runs").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["en-fr"]
+
+
+@needs_transformers
+def test_manifest_names_the_model_tokens_and_provenance(spm_corpus, baseline_export):
+    from fairseq_langshare.data.corpus_build import sha256
+
+    _, ckpt, hf = baseline_export
+    manifest = json.loads((hf / "langshare.json").read_text())
+    assert manifest["format"] == "langshare-transformers" and manifest["src"] == "en" and manifest["tgt"] == "fr"
+    assert manifest["langs"] == LANGS and manifest["source_prefix"] == ["__fr__"] and manifest["target_prefix"] == []
+    assert manifest["provenance"]["checkpoint_sha256"] == sha256(ckpt)
+    assert manifest["provenance"]["transformers_version"] == transformers.__version__
+    assert sha256(hf / "spm.model") == sha256(spm_corpus / "spm.model")
+    config = json.loads((hf / "config.json").read_text())
+    assert config["model_type"] == "marian" and "auto_map" not in config  # no custom code
+    assert not [p for p in hf.parent.iterdir() if p.name.startswith(".")], "no temporary directories left"
+    assert len({p.stat().st_mode & 0o777 for p in hf.iterdir()}) == 1  # every file readable alike (umask)
+
+
+def test_missing_transformers_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    """Runs whether or not transformers is installed: the check comes before any work."""
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if it were not installed
+    with pytest.raises(TransformersExportError, match=r"transformers is not installed: pip install "
+                                                      r"'fairseq_langshare\[transformers\]'"):
+        export_transformers(tmp_path / "model.pt", "en", "fr", tmp_path / "hf")
+    assert langshare(["export", str(tmp_path / "model.pt"), "--src", "en", "--tgt", "fr", "--format", "transformers",
+                      "--out", str(tmp_path / "hf")]) == 2
+    assert "transformers is not installed" in one_line_error(capsys)
+    assert not list(tmp_path.iterdir())

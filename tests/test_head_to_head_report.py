@@ -1,0 +1,496 @@
+"""The head-to-head's report from its record alone (``langshare head-to-head --report-only``): the
+same record gives the same bytes, one verdict rule everywhere, equal inference cost claimed only
+where it holds, README's standings made from the results JSON.
+
+The records here are synthetic (hand-made hypotheses of known quality, fabricated profiles), which
+is all the report reads; tests/test_head_to_head.py's end-to-end test reports a record of real runs.
+"""
+
+import datetime
+import io
+import json
+import os
+import random
+import subprocess
+import zlib
+
+import pytest
+
+from fairseq_langshare import cli, significance
+from fairseq_langshare.atomic_files import json_text
+from fairseq_langshare.recipes import head_to_head, head_to_head_record, head_to_head_report, head_to_head_standings
+from fairseq_langshare.recipes.head_to_head_models import MODELS
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = "the a cat dog sat on mat house red blue green runs fast slow open file save quit".split()
+SAMPLES = 200  # bootstrap resamples: enough to order these systems, cheap
+PAIRS = {"o2m": ("en-xx", "en-yy"), "m2o": ("xx-en", "yy-en"), "m2m": ("en-xx", "xx-en", "en-yy", "yy-en", "xx-yy")}
+ZERO_SHOT = ("xx-yy",)  # untrained: evaluate's zero-shot group
+# share of each sentence's words replaced, per model and seed: lsl better on every seed, clsr better
+# on seeds 1 and 3 and clearly worse on seed 2 (level whatever the p-value), adapters worse everywhere
+DAMAGE = {"baseline": (0.5, 0.5, 0.5), "lsl": (0.2, 0.25, 0.2), "clsr": (0.2, 0.8, 0.2), "adapters": (0.8, 0.8, 0.8)}
+FLOPS = {"baseline": 1_000_000, "lsl": 1_000_000, "clsr": 1_150_000, "adapters": 1_004_000}  # adapters: +0.4%
+
+
+def _sentences(n, seed):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 10))) for _ in range(n)]
+
+
+def _damage(refs, share, seed):
+    rng = random.Random(seed)
+    out = []
+    for r in refs:
+        words = r.split()
+        hit = set(rng.sample(range(len(words)), max(1, round(share * len(words)))))
+        out.append(" ".join(rng.choice(WORDS) + "x" if i in hit else w for i, w in enumerate(words)))
+    return out
+
+
+def _profile(name, pairs):
+    stack = {"layers": 2, "d_model": [128], "ffn": [512], "heads": [4]}
+    return {"parameters": {"total": 2_000_000 + 100_000 * len(name), "per_pair": {p: 1_950_000 for p in pairs}},
+            "inference": {p: {"flops": FLOPS[name], "encoder": dict(stack), "decoder": dict(stack)} for p in pairs}}
+
+
+def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", updates=2000, share=None):
+    """One synthetic run's record, as ``head_to_head_runs.record_run`` lays it out; ``share``:
+    {pair: share of words replaced} instead of DAMAGE's."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    pairs = PAIRS[direction]
+    hyps = {p: _damage(refs[p], (share or {}).get(p, DAMAGE[name][(seed - 1) % 3]),
+                       zlib.crc32(f"{name} {seed} {p}".encode())) for p in pairs}
+    rows = {p: {"bleu": BLEU().corpus_score(hyps[p], [refs[p]]).score,
+                "chrf": CHRF().corpus_score(hyps[p], [refs[p]]).score, "spbleu": None,
+                "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+                "train_size": None if p in ZERO_SHOT else 5000 if p in ("en-xx", "xx-en") else 500,
+                "group": "zero-shot" if p in ZERO_SHOT else "high" if "xx" in p else "low",
+                "n": len(refs[p])} for p in pairs}
+    results = {"directions": rows, "hypotheses": hyps,
+               "references": {p: {"path": f"/gone/test.{p}", "sha256": head_to_head_record._sha256_lines(refs[p]),
+                                  "n": len(refs[p])} for p in pairs}}
+    model = next(m for m in MODELS if m.name == name)
+    record = {"format": 1, "direction": direction, "model": name, "seed": seed, "updates": updates,
+              "label": model.label, "arch": model.arch, "model_flags": list(model.argv(direction)),
+              "reason": model.reason, "extra_compute": model.extra_compute or None,
+              "train_flags": ["--lr", "0.002"], "evaluate_flags": ["--split", "test", "--beam", "4"],
+              "corpus": {"path": f"demo_run/corpus_{direction}", "langs": "en,xx,yy",
+                         "lang_pairs": ",".join(p for p in pairs if p not in ZERO_SHOT)},
+              "profile": _profile(name, pairs), "validation": {"loss": 5.0, "num_updates": float(updates)},
+              "wall_seconds": {"train": 1000.0 + seed, "evaluate": 75.0},
+              "provenance": {"package_commit": "a" * 40, "package_dirty": False,
+                             "machine": {"cpu": cpu, "cores": 2, "system": "Linux"}},
+              "results": results}
+    head_to_head_record.dump(head_to_head_record.run_path(str(record_dir), direction, name, seed), record)
+    head_to_head_record.dump(head_to_head_record.references_path(str(record_dir), direction),
+                             {p: {"sha256": head_to_head_record._sha256_lines(refs[p]), "lines": refs[p]}
+                              for p in pairs})
+
+
+def make_record(record_dir, models=("baseline", "lsl", "clsr", "adapters"), seeds=(1, 2, 3), direction="o2m", **kw):
+    refs = {p: _sentences(40, i) for i, p in enumerate(PAIRS[direction])}
+    for name in models:
+        for seed in seeds:
+            write_run(record_dir, direction, name, seed, refs, **kw)
+    return refs
+
+
+def _outputs(root):
+    """Report paths laid out as the repository's (docs/results.md holds text around the section)."""
+    (root / "docs").mkdir(parents=True, exist_ok=True)
+    (root / "docs" / "results.md").write_text("# Results\n\nbefore\n\n" + head_to_head_report.START + "\nold\n"
+                                              + head_to_head_report.END + "\n\nafter\n")
+    (root / "README.md").write_text("# x\n\n## Which method to use?\n\n" + head_to_head_standings.START + "\nold\n"
+                                     + head_to_head_standings.END + "\n\n## Quick start\n")
+    return dict(out_json=str(root / "docs" / "results" / "head_to_head.json"), out_md=str(root / "docs" / "results.md"),
+                figure=str(root / "docs" / "img" / "head_to_head.png"), readme=str(root / "README.md"))
+
+
+def _bytes(paths):
+    return {k: open(p, "rb").read() for k, p in paths.items()}
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory):
+    """A synthetic O2M record (4 models x seeds 1-3, plus an lsl seed 4 not every model has), reported."""
+    root = tmp_path_factory.mktemp("h2h_report")
+    make_record(root / "record")
+    write_run(root / "record", "o2m", "lsl", 4, {p: _sentences(40, i) for i, p in enumerate(PAIRS["o2m"])})
+    paths = _outputs(root / "first")
+    data = head_to_head_report.report(str(root / "record"), stream=open(os.devnull, "w"), n_samples=SAMPLES, **paths)
+    return root, paths, data
+
+
+# ----------------------------------------------------------------------------- the verdict rule
+@pytest.mark.parametrize("delta, p, seeds, expected", [
+    (1.2, 0.01, [1.0, 2.0, 0.5], "better"),
+    (-0.9, 0.001, [-1.0, -0.2, -1.5], "worse"),
+    (0.84, 0.014, [2.29, -0.70], "level"),  # CLSR O2M chrF of 2026-11-23: p < 0.05, one seed the other way
+    (0.61, 0.001, [1.36, -0.33, 0.84], "level"),  # latent depth O2M chrF of 2026-11-26
+    (0.21, 0.093, [0.3, 0.1, 0.2], "level"),  # every seed the same way, p not below 0.05
+    (0.5, 0.05, [0.5, 0.5], "level"),  # p = alpha is not below it
+    (0.5, None, [0.5, 0.5], "level"),  # not testable
+    (0.5, 0.001, [0.5, 0.0, 0.7], "level"),  # a seed with no difference
+    (-0.1, 0.001, [0.2, 0.3], "level"),  # the pooled delta against every seed's
+    (0.4, 0.001, [0.4], "better"),  # one seed: the p-value alone decides
+])
+def test_verdict_rule(delta, p, seeds, expected):
+    assert significance.verdict(delta, p, seeds) == expected
+
+
+def test_every_comparison_carries_its_seed_deltas_and_verdict_and_shared_statistics_change_nothing():
+    refs = {"en-a": _sentences(30, 1), "en-b": _sentences(30, 2)}
+    base = [{d: _damage(r, 0.5, 10 + k) for d, r in refs.items()} for k in range(3)]
+    mixed = [{d: _damage(r, share, 20 + k) for d, r in refs.items()} for k, share in enumerate((0.1, 0.9, 0.1))]
+    tok = {d: "13a" for d in refs}
+    shared = significance.SentenceStatistics()
+    sig = significance.compare_to_baseline(base, mixed, refs, tok, n_samples=SAMPLES, statistics=shared)
+    for row in list(sig["directions"].values()) + [sig["pooled"]]:
+        for metric in ("bleu", "chrf"):
+            test = row[metric]
+            assert test["seed_deltas"] == [s["delta"] for s in test["per_seed"]]
+            assert test["seed_deltas"][0] > 0 > test["seed_deltas"][1]
+            assert test["verdict"] == "level"  # whatever the p-value: seed 2 points the other way
+    # sacrebleu's test on statistics computed once per sentence: the same numbers as computed afresh
+    for d in refs:
+        alone = significance.paired_bootstrap(base[1][d], mixed[1][d], refs[d], n_samples=SAMPLES)
+        assert sig["directions"][d]["bleu"]["per_seed"][1] == alone["bleu"]
+        assert sig["directions"][d]["chrf"]["per_seed"][1] == alone["chrf"]
+    again = significance.paired_bootstrap(base[0]["en-a"] + base[1]["en-a"], mixed[0]["en-a"] + mixed[1]["en-a"],
+                                          refs["en-a"] * 2, n_samples=SAMPLES, statistics=shared)
+    assert again == significance.paired_bootstrap(base[0]["en-a"] + base[1]["en-a"],
+                                                  mixed[0]["en-a"] + mixed[1]["en-a"], refs["en-a"] * 2,
+                                                  n_samples=SAMPLES)
+
+
+# ----------------------------------------------------------------------------- the report
+def test_report_only_gives_the_same_bytes_and_reads_nothing_but_the_record(reported, tmp_path):
+    root, first, data = reported
+    # the reference files the runs name are gone and no corpus or checkpoint exists: the record suffices
+    assert not os.path.exists("/gone")
+    second = _outputs(tmp_path / "second")
+    assert cli.main(["head-to-head", "--report-only", "--record-dir", str(root / "record"), "--bootstrap-samples",
+                     str(SAMPLES), "--out-json", second["out_json"], "--out-md", second["out_md"], "--figure",
+                     second["figure"], "--readme", second["readme"]]) in (0, None)
+    a, b = _bytes(first), _bytes(second)
+    assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), [k for k in a if a[k] != b[k]]
+    # the text around the markers is kept
+    md = open(first["out_md"]).read()
+    assert md.startswith("# Results\n\nbefore\n\n" + head_to_head_report.START) and md.endswith("\n\nafter\n")
+    assert "\nold\n" not in md and "\nold\n" not in open(first["readme"]).read()
+    assert a["figure"].startswith(b"\x89PNG") and b"matplotlib" not in a["figure"]  # no version, no date
+
+
+def test_results_json_seeds_verdicts_cost_and_provenance(reported):
+    _, paths, data = reported
+    assert json.load(open(paths["out_json"])) == data
+    assert list(data["directions"]) == ["o2m"] and data["seeds"] == [1, 2, 3]
+    block = data["directions"]["o2m"]
+    # only seeds every model has; what is left out is named
+    assert block["seeds"] == [1, 2, 3] and block["not_reported"] == ["o2m/lsl/seed4"]
+    assert list(block["models"]) == ["baseline", "adapters", "lsl", "clsr"]  # head_to_head_models' order
+    assert block["runs"] == {"machines": {"AMD EPYC 7B13": 12}, "package_commits": {"a" * 40: 12},
+                             "wall_seconds": {"train": 12 * 1000.0 + 4 * 6, "evaluate": 12 * 75.0}}
+    lsl, clsr, adapters = (block["models"][m] for m in ("lsl", "clsr", "adapters"))
+    assert lsl["records"] == {"1": "o2m/lsl/seed1.json.gz", "2": "o2m/lsl/seed2.json.gz", "3": "o2m/lsl/seed3.json.gz"}
+    for metric in ("bleu", "chrf"):
+        assert lsl["verdict"][metric]["verdict"] == "better" and min(lsl["verdict"][metric]["seed_deltas"]) > 0
+        assert adapters["verdict"][metric]["verdict"] == "worse"
+        v = clsr["verdict"][metric]
+        assert v["seed_deltas"][0] > 0 > v["seed_deltas"][1] and v["verdict"] == "level"
+        assert v["p_value"] == clsr["pooled_p_value"][metric]
+        # the verdict of every direction too, by the same rule
+        for d, row in block["comparison"]["systems"]["clsr"]["significance"]["directions"].items():
+            t = row[metric]
+            assert t["verdict"] == significance.verdict(t["seeds_concatenated"]["delta"],
+                                                        t["seeds_concatenated"]["p_value"], t["seed_deltas"])
+    # equal layers and widths everywhere, but CLSR computes 15% more per sentence: not equal cost
+    assert not block["equal_inference_cost"]
+    assert clsr["inference_cost"] == {"layers_and_widths": [], "flops_ratio": [1.15] * 3, "equal": False}
+    assert adapters["inference_cost"]["equal"] and lsl["inference_cost"]["equal"]  # +0.4% is within 1%
+    assert block["inference_cost_problems"] == ["clsr: x1.15 the baseline's FLOPs per sentence (more, +15.0%)"]
+    # dated: a record outside git is dated the day of the report, and says so
+    assert block["generated"] == data["generated"] == datetime.date.today().isoformat()
+    assert "not committed" in block["dated_by"]
+
+
+def test_results_section_tables_name_verdicts_seed_deltas_machines_and_cost(reported):
+    _, paths, data = reported
+    md = open(paths["out_md"]).read()
+    section = md[md.index(head_to_head_report.START):]
+    assert "### O2M" in section and "### M2O\n\nNot yet recorded." in section
+    assert "Runs: 12 on AMD EPYC 7B13; package commit: 12 at aaaaaaaaaaaa;" in section
+    assert "Recorded but not reported (not every model has the seed yet): o2m/lsl/seed4." in section
+    assert "**Not equal inference cost**" in section and "clsr: x1.15 the baseline's FLOPs per sentence" in section
+    assert "| clsr | `--arch clsr_transformer_small" in section and "| x1.15 |" in section
+    clsr = data["directions"]["o2m"]["models"]["clsr"]["verdict"]["bleu"]
+    deltas = ", ".join(f"{d:+.2f}" for d in clsr["seed_deltas"])
+    assert f"**level** {clsr['delta']:+.2f} [{deltas}], p " in section  # the pooled row of the BLEU table
+    assert "| verdict, all directions pooled |  |  |  | - | worse | better | level |" in section
+    assert "![BLEU delta against the baseline per direction](img/head_to_head.png)" in section
+
+
+def test_readme_standings_come_from_the_json(reported):
+    _, paths, data = reported
+    readme = open(paths["readme"]).read()
+    block = head_to_head_standings.readme_block(readme)
+    assert block == head_to_head_standings.standings_markdown(json.load(open(paths["out_json"])))
+    assert readme.startswith("# x\n\n## Which method to use?\n\n") and readme.endswith("\n\n## Quick start\n")
+    lsl_row = next(line for line in block.splitlines() if line.startswith("| LSL (`lsl`) |"))
+    cells = [c.strip() for c in lsl_row.split("|")[2:-1]]
+    assert cells[0].startswith("**better** +") and cells[1].startswith("**better** +")
+    assert cells[2:6] == ["not yet recorded"] * 4  # M2O and M2M
+    assert cells[6] == "O2M equal; M2O not yet recorded; M2M not yet recorded"
+    clsr_row = next(line for line in block.splitlines() if line.startswith("| CLSR (`clsr`) |"))
+    assert "**level**" in clsr_row and "O2M x1.15 FLOPs (+15.0%)" in clsr_row
+    latent = next(line for line in block.splitlines() if line.startswith("| latent depth (`latent_depth`) |"))
+    assert latent.count("not yet recorded") == 9  # a model the record has no run of
+    assert ("**Which method to use?** O2M (seeds 1, 2, 3): use **LSL** (better on BLEU and chrF; equal inference "
+            "cost). Behind the baseline: language adapters (BLEU and chrF). Not compared (not yet recorded): baseline "
+            "(pre-norm), latent depth, adaptive sparse (FFN). M2O: not yet recorded.") in block
+    # no record at all: no table, no advice
+    empty = head_to_head_standings.standings_markdown(None)
+    assert "**Not yet recorded**" in empty and "| model |" not in empty and "Which method" not in empty
+
+
+def test_a_record_is_dated_by_its_commits_and_holds_both_directions(tmp_path):
+    """The JSON's date comes from git (the newest commit of the reported records), not the clock, so
+    a report made again another day from the same committed record is the same; O2M and M2O recorded
+    on different days and machines end up in one JSON, each block with its own date and CPU."""
+    record = tmp_path / "repo" / "record"
+    make_record(record, models=("baseline", "lsl"), seeds=(1,), direction="o2m", cpu="Intel Xeon")
+
+    def git(*args, date):
+        env = dict(os.environ, GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date, GIT_AUTHOR_NAME="t",
+                   GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+        subprocess.run(["git", *args], cwd=tmp_path / "repo", check=True, capture_output=True, env=env)
+
+    def build():
+        return head_to_head_report.build(str(record), n_samples=20, stream=open(os.devnull, "w"))
+
+    git("init", "-q", date="2026-11-29T10:00:00+00:00")
+    git("add", "record", date="2026-11-29T10:00:00+00:00")
+    git("commit", "-q", "-m", "o2m", date="2026-11-29T10:00:00+00:00")
+    data = build()
+    assert data["generated"] == data["directions"]["o2m"]["generated"] == "2026-11-29"
+    assert data["directions"]["o2m"]["dated_by"] == "by the newest commit of its records"
+    # M2O recorded later, on another machine: dated the day of the report until committed
+    m2o_refs = make_record(record, models=("baseline", "lsl"), seeds=(1,), direction="m2o")
+    m2o = build()["directions"]["m2o"]
+    assert "not committed" in m2o["dated_by"] and m2o["runs"]["machines"] == {"AMD EPYC 7B13": 2}
+    git("add", "record", date="2026-11-30T01:00:00+00:00")
+    git("commit", "-q", "-m", "m2o", date="2026-11-30T01:00:00+00:00")
+    data = build()
+    assert list(data["directions"]) == ["o2m", "m2o"] and data["generated"] == "2026-11-30"
+    assert data["directions"]["o2m"]["generated"] == "2026-11-29"  # its records did not change
+    assert data["directions"]["o2m"]["runs"]["machines"] == {"Intel Xeon": 2}
+    # a record changed and not committed is not what the commit dates
+    write_run(record, "m2o", "lsl", 1, m2o_refs, cpu="other")
+    assert "not committed" in build()["directions"]["m2o"]["dated_by"]
+
+
+def test_a_record_of_two_head_to_heads_or_two_configurations_is_refused(tmp_path):
+    refs = make_record(tmp_path / "record", models=("baseline", "lsl"), seeds=(1,))
+    write_run(tmp_path / "record", "o2m", "lsl", 2, refs, updates=500)
+    with pytest.raises(ValueError, match="o2m/baseline/seed1 and o2m/lsl/seed2 differ in updates: a record holds one "
+                                         "head-to-head"):
+        head_to_head_report.build(str(tmp_path / "record"), 20, open(os.devnull, "w"))
+    with pytest.raises(ValueError, match="no head-to-head record in .*nothing"):
+        head_to_head_report.build(str(tmp_path / "nothing"), 20, open(os.devnull, "w"))
+    # a record whose content is not the run its path names (moved by hand)
+    os.makedirs(tmp_path / "moved" / "o2m" / "clsr")
+    os.replace(tmp_path / "record" / "o2m" / "lsl" / "seed1.json.gz", tmp_path / "moved" / "o2m" / "clsr" / "seed1.json.gz")
+    with pytest.raises(ValueError, match="holds the run o2m/lsl/seed1, not the one its path names"):
+        head_to_head_record.read(str(tmp_path / "moved"))
+    # references that do not match their sha256
+    refs_path = head_to_head_record.references_path(str(tmp_path / "record"), "o2m")
+    refs_data = head_to_head_record.load(refs_path)
+    refs_data["en-xx"]["lines"][0] += " changed"
+    head_to_head_record.dump(refs_path, refs_data)
+    with pytest.raises(ValueError, match="en-xx do not match their sha256"):
+        head_to_head_record.read_references(str(tmp_path / "record"), "o2m")
+
+
+def test_report_only_command_line(tmp_path, capsys):
+    """`langshare head-to-head --report-only`: a missing record is one line naming it, and nothing is written."""
+    paths = _outputs(tmp_path)
+    before = _bytes({"out_md": paths["out_md"], "readme": paths["readme"]})
+    code = cli.main(["head-to-head", "--report-only", "--record-dir", str(tmp_path / "none"), "--out-json",
+                     paths["out_json"], "--out-md", paths["out_md"], "--figure", paths["figure"], "--readme",
+                     paths["readme"]])
+    err = capsys.readouterr().err
+    assert code != 0 and "no head-to-head record in" in err and len(err.strip().splitlines()) == 1
+    assert _bytes({"out_md": paths["out_md"], "readme": paths["readme"]}) == before
+    assert not os.path.exists(paths["out_json"]) and not os.path.exists(paths["figure"])
+    # a record without a baseline run yet: nothing to compare, and nothing is overwritten
+    make_record(tmp_path / "record", models=("lsl",), seeds=(1,))
+    out = io.StringIO()
+    data = head_to_head_report.report(str(tmp_path / "record"), stream=out, n_samples=20, **paths)
+    assert data["directions"] == {} and data["not_reported"] == ["o2m/lsl/seed1"]
+    assert "nothing to report" in out.getvalue() and not os.path.exists(paths["out_json"])
+    assert _bytes({"out_md": paths["out_md"], "readme": paths["readme"]}) == before
+
+
+# ----------------------------------------------------------------------------- the committed record
+COMMITTED = os.path.join(REPO, "docs", "results", "head_to_head.json")
+
+
+def _committed_json():
+    with open(COMMITTED, encoding="utf-8") as f:
+        data = json.load(f)
+    return data if (data.get("record") or {}).get("dir") == head_to_head_record.RECORD_DIR else None
+
+
+def test_readme_standings_are_what_the_committed_json_gives():
+    """README's block is the one the committed results JSON gives ("not yet recorded" throughout
+    until the JSON is made from the record): edit the tool and run --report-only, not README."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        block = head_to_head_standings.readme_block(f.read())
+    assert block is not None, "README.md has no method standings block"
+    assert block == head_to_head_standings.standings_markdown(_committed_json()), (
+        "README's standings differ from docs/results/head_to_head.json: run `langshare head-to-head --report-only`")
+
+
+def _full_history() -> bool:
+    """Whether this checkout has the git history that dates the record (not a tarball or a shallow clone)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return out.strip() == "false"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isfile(COMMITTED) or _committed_json() is None,
+                    reason="docs/results/head_to_head.json is not made from the record in docs/results/head_to_head/ "
+                           "yet (the runs of record are not all in): nothing committed to reproduce")
+@pytest.mark.skipif(not _full_history(), reason="the record is dated by its commits: needs a git checkout with "
+                                                 "history (not a tarball or a shallow clone)")
+def test_report_only_reproduces_the_committed_results(tmp_path, monkeypatch):
+    """The committed JSON, results section, figure and README block, made again from the committed
+    record alone, byte for byte (about 2 minutes of CPU: every test of 42 runs, 1000 resamples)."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("SACREBLEU_SEED", raising=False)
+    paths = _outputs(tmp_path)
+    for name, path in (("docs/results.md", paths["out_md"]), ("README.md", paths["readme"])):
+        with open(os.path.join(REPO, name), "rb") as src, open(path, "wb") as dst:
+            dst.write(src.read())
+    head_to_head.head_to_head(report_only=True, record_dir=head_to_head_record.RECORD_DIR, stream=open(os.devnull, "w"),
+                              **paths)
+    committed = {"out_json": COMMITTED, "out_md": os.path.join(REPO, "docs", "results.md"),
+                 "figure": os.path.join(REPO, "docs", "img", "head_to_head.png"),
+                 "readme": os.path.join(REPO, "README.md")}
+    a, b = _bytes(committed), _bytes(paths)
+    assert [k for k in a if a[k] != b[k]] == [], "run `langshare head-to-head --report-only` and commit its outputs"
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_bootstrap_samples_below_one_refused(tmp_path, capsys, value):
+    """Was: 0 became the default 1000 (``n_samples or DEFAULT``), a report of other tests than asked for."""
+    paths = _outputs(tmp_path)
+    make_record(tmp_path / "record", models=("baseline", "lsl"), seeds=(1,))
+    with pytest.raises(SystemExit) as exit_:  # refused when the command line is parsed (option_ranges)
+        cli.main(["head-to-head", "--report-only", "--record-dir", str(tmp_path / "record"), "--bootstrap-samples",
+                  value, "--out-json", paths["out_json"], "--out-md", paths["out_md"], "--figure",
+                  paths["figure"], "--readme", paths["readme"]])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and err[-1] == ("langshare head-to-head: error: argument --bootstrap-samples: "
+                                                 f"{value} is outside [1, inf): resamples per test"), err
+    assert not os.path.exists(paths["out_json"])
+    with pytest.raises(ValueError, match=f"--bootstrap-samples {value}: pass at least 1"):  # and by the library
+        head_to_head.head_to_head(report_only=True, record_dir=str(tmp_path / "record"), n_samples=int(value),
+                                  **paths)
+
+
+def test_the_advice_names_the_models_it_did_not_compare(tmp_path):
+    """Was: a direction with only the baseline recorded (or with models missing, e.g. failed runs)
+    advised "no model is better than the baseline ...: use the shared baseline", a conclusion about
+    models never compared."""
+    make_record(tmp_path / "record", models=("baseline",), seeds=(1,))
+    only = head_to_head_standings.standings_markdown(
+        head_to_head_report.build(str(tmp_path / "record"), 20, open(os.devnull, "w")))
+    assert "no model is better" not in only and "use the shared baseline" not in only
+    assert "O2M (seeds 1): only the baseline is recorded, no model is compared yet." in only
+    make_record(tmp_path / "record", models=("lsl",), seeds=(1,))
+    some = head_to_head_standings.standings_markdown(
+        head_to_head_report.build(str(tmp_path / "record"), 20, open(os.devnull, "w")))
+    advice = some[some.index("**Which method to use?**"):]
+    missing = ", ".join(m.label for m in MODELS if m.name not in ("baseline", "lsl"))
+    assert f"Not compared (not yet recorded): {missing}." in advice.split("M2O:")[0], advice
+
+
+def test_a_set_with_zero_shot_directions_gets_a_verdict_for_each_kind(tmp_path):
+    """M2M: the supervised and the zero-shot directions pooled separately, by the same rule, in the
+    JSON, the tables and README's standings (was: one verdict over both pooled, which a gain on the
+    trained directions decides while the zero-shot ones, what the papers' claims are about, lose)."""
+    refs = {p: _sentences(40, i) for i, p in enumerate(PAIRS["m2m"])}
+    for seed in (1, 2):
+        write_run(tmp_path / "record", "m2m", "baseline", seed, refs, share={p: 0.5 for p in refs})
+        write_run(tmp_path / "record", "m2m", "lsl", seed, refs,
+                  share={p: 0.8 if p in ZERO_SHOT else 0.3 for p in refs})  # better trained, worse zero-shot
+    data = head_to_head_report.build(str(tmp_path / "record"), 50, open(os.devnull, "w"))
+    lsl = data["directions"]["m2m"]["models"]["lsl"]
+    for metric in ("bleu", "chrf"):
+        kinds = {kind: v[metric]["verdict"] for kind, v in lsl["verdict_by_kind"].items()}
+        assert kinds == {"supervised": "better", "zero-shot": "worse"}, kinds
+        zero = lsl["verdict_by_kind"]["zero-shot"][metric]
+        assert zero["delta"] < 0 and max(zero["seed_deltas"]) < 0 and zero["p_value"] < 0.05
+        assert lsl["verdict_by_kind"]["zero-shot"]["directions"] == list(ZERO_SHOT)
+    assert data["directions"]["m2m"]["models"]["baseline"]["verdict_by_kind"] is None
+    section = head_to_head_report.markdown(data)
+    assert "| zero-shot (pooled) | **worse** " in section and "| supervised (pooled) | **better** " in section
+    block = head_to_head_standings.standings_markdown(data)
+    row = next(line for line in block.splitlines() if line.startswith("| LSL (`lsl`) |"))
+    m2m_bleu = [c.strip() for c in row.split("|")[2:-1]][4]
+    assert m2m_bleu.startswith("supervised **better** +") and "; zero-shot **worse** -" in m2m_bleu, m2m_bleu
+    advice = block[block.index("M2M (seeds 1, 2)"):]
+    assert advice.startswith("M2M (seeds 1, 2): supervised directions: use **LSL** (better on BLEU and chrF; "
+                             "equal inference cost); zero-shot directions: no model is better"), advice
+    assert "Behind the baseline on the zero-shot directions: LSL (BLEU and chrF)." in advice
+    # a set without zero-shot directions has no such split
+    make_record(tmp_path / "o2m", models=("baseline", "lsl"), seeds=(1,))
+    o2m = head_to_head_report.build(str(tmp_path / "o2m"), 20, open(os.devnull, "w"))
+    assert o2m["directions"]["o2m"]["models"]["lsl"]["verdict_by_kind"] is None
+    assert "(pooled) |" not in head_to_head_report.markdown(o2m).replace("all (pooled) |", "")
+
+
+def test_a_head_to_head_outside_the_record_leaves_the_records_report_alone(tmp_path, monkeypatch, capsys):
+    """Was: `langshare head-to-head --directions o2m` (docs/head_to_head.md), recording into
+    RUNS_DIR/record, rewrote docs/results/head_to_head.json, docs/results.md's section, the figure
+    and README's standings with its own runs. Its report now goes beside its runs; the head-to-head
+    of record (--record-dir docs/results/head_to_head) and --report-only still write the repository's."""
+    monkeypatch.chdir(tmp_path)
+    repository = _outputs(tmp_path)  # docs/results.md and README.md as the repository has them
+    before = _bytes({"out_md": repository["out_md"], "readme": repository["readme"]})
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "manifest.json").write_text("{}")
+
+    def execute(runs, jobs, device="cpu", stream=None, record_dir=None):  # the runs, as recorded
+        make_record(record_dir, models=("baseline", "lsl"), seeds=(1,))
+        return []
+
+    monkeypatch.setattr(head_to_head, "execute", execute)
+    monkeypatch.setattr(head_to_head, "print_plan", lambda runs, jobs, stream=None: ([], {}))
+    assert cli.main(["head-to-head", "--models", "baseline,lsl", "--directions", "o2m", "--seeds", "1",
+                     "--corpus", f"o2m={corpus}", "--runs-dir", "runs", "--bootstrap-samples", "20"]) in (0, None)
+    assert _bytes({"out_md": repository["out_md"], "readme": repository["readme"]}) == before
+    assert not os.path.exists(repository["out_json"]) and not os.path.exists(repository["figure"])
+    assert json.load(open("runs/head_to_head.json"))["record"]["dir"] == os.path.join("runs", "record")
+    assert os.path.isfile("runs/head_to_head.png") and head_to_head_report.START in open("runs/results.md").read()
+    assert head_to_head_standings.START in open("runs/standings.md").read()
+
+
+def test_the_report_does_not_depend_on_how_the_record_dir_is_spelled(tmp_path, monkeypatch):
+    """Was: `--record-dir /abs/path/docs/results/head_to_head` wrote that machine's path into the
+    JSON, the section and README (so the README test took it for another record), and sent the
+    report into docs/results/ instead of the repository's files."""
+    monkeypatch.chdir(tmp_path)
+    make_record(head_to_head_record.RECORD_DIR, models=("baseline", "lsl"), seeds=(1,))
+    spelled = [head_to_head_record.RECORD_DIR, str(tmp_path / head_to_head_record.RECORD_DIR),
+               "./" + head_to_head_record.RECORD_DIR + "/"]
+    texts = {json_text(head_to_head_report.build(d, 20, open(os.devnull, "w"))) for d in spelled}
+    assert len(texts) == 1 and json.loads(texts.pop())["record"]["dir"] == head_to_head_record.RECORD_DIR
+    assert all(head_to_head.report_outputs(d)["readme"] == "README.md" for d in spelled)
