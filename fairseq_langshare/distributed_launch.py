@@ -25,7 +25,9 @@ process (more than one task, and either more than one per node or no GPU), it is
 ``LOCAL_RANK``: a task that sees one GPU uses it), meeting at the first node of the
 step on ``--distributed-port``, or without one on a port drawn from ``SLURM_JOB_ID`` (the same in
 every task of a job). Everything else (an explicit ``--distributed-init-method``, one task per GPU
-node that spawns a process per GPU, a single process) is left to fairseq.
+node that spawns a process per GPU, a single process, and the batch script itself, which Slurm runs with
+``SLURM_PROCID`` 0 and the job's ``SLURM_NTASKS`` but without the step's node list that srun sets) is left to
+fairseq.
 """
 
 import logging
@@ -75,7 +77,9 @@ def launcher_placement(env: Mapping[str, str], gpus: int, port: int) -> Optional
         local = int(env.get("LOCAL_RANK", env["RANK"]))
         return {"launcher": "torchrun", "init_method": "env://", "world_size": int(env["WORLD_SIZE"]),
                 "rank": int(env["RANK"]), "device_id": local_device(local, gpus)}
-    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+    # srun sets the step's node list in each task it starts; the batch script itself (sbatch's batch step, where
+    # SLURM_PROCID is 0 and SLURM_NTASKS the job's) has only the job's: a process started there is no rank
+    nodelist = env.get("SLURM_STEP_NODELIST")
     ntasks, nnodes = int(env.get("SLURM_NTASKS", "1") or 1), int(env.get("SLURM_NNODES", "1") or 1)
     if nodelist is None or "SLURM_PROCID" not in env or ntasks <= 1 or (ntasks <= nnodes and gpus > 0):
         return None  # one task per GPU node: fairseq spawns a process per GPU

@@ -56,6 +56,23 @@ def test_srun_variables_give_rank_world_size_first_node_and_a_port_from_the_job(
     assert distributed_launch.first_slurm_host("solo") == "solo"
 
 
+def test_a_batch_script_run_without_srun_is_left_to_fairseq(monkeypatch):
+    """Was: the sbatch script itself (Slurm's batch step: SLURM_PROCID 0 and the job's SLURM_NTASKS, no
+    step node list) read as rank 0 of the job's tasks, so ``fairseq-train`` typed in it without srun waited
+    for ranks that never start (a hang until the rendezvous times out) where fairseq trains alone on a CPU
+    node or spawns one process per GPU; fairseq-hydra-train was refused as "rank 0 of N"."""
+    batch_step = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NODELIST": "gpu[07-08]",
+                  "SLURM_NNODES": "1", "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "8", "SLURM_PROCID": "0",
+                  "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    for gpus in (0, 8):
+        assert distributed_launch.launcher_placement(batch_step, gpus=gpus, port=0) is None
+    for key in [k for k in os.environ if k.startswith("SLURM_")] + list(LAUNCH_VARIABLES):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in batch_step.items():
+        monkeypatch.setenv(key, value)
+    distributed_launch.check_training_is_distributed()  # no refusal: nothing started other ranks
+
+
 def test_a_world_size_that_contradicts_the_launcher_is_refused_in_one_line(monkeypatch):
     from fairseq.dataclass.configs import FairseqConfig
     from omegaconf import OmegaConf
