@@ -30,6 +30,8 @@ from fairseq.distributed import DistributedTimeoutWrapper, LegacyDistributedData
 from fairseq.distributed import utils as distributed_utils
 from torch.nn.parallel import DistributedDataParallel
 
+from .fairseq_replacements import replace
+
 __all__ = ["leaves_parameters_unused", "distributed_model", "UnusedStayUnusedLegacyDDP", "install"]
 
 logger = logging.getLogger(__name__)
@@ -72,7 +74,7 @@ def distributed_model(args, model, process_group, device):
     unused = leaves_parameters_unused(model)
     on_cpu = torch.device(device).type == "cpu"
     if getattr(args, "tpu", False) or not (torch_ddp and (unused or on_cpu) or legacy and unused):
-        return _fairseq_distributed_model(args, model, process_group, device)
+        return distributed_model.fairseq(args, model, process_group, device)
     if legacy:
         wrapped = UnusedStayUnusedLegacyDDP(module=model.to(device), process_group=process_group, buffer_size=2 ** 28)
         return _wrap(args, wrapped)
@@ -99,14 +101,8 @@ def distributed_model(args, model, process_group, device):
     return _wrap(args, wrapped)
 
 
-_fairseq_distributed_model = None
-
-
 def install() -> None:
-    """Put ``distributed_model`` in fairseq's place (once)."""
-    global _fairseq_distributed_model
+    """Put ``distributed_model`` in fairseq's place."""
     from fairseq import models
 
-    if _fairseq_distributed_model is None:
-        _fairseq_distributed_model = models.DistributedFairseqModel
-    models.DistributedFairseqModel = distributed_model
+    replace(models, "DistributedFairseqModel", distributed_model)

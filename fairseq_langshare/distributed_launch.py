@@ -38,6 +38,8 @@ from typing import Dict, Mapping, Optional
 
 import torch
 
+from .fairseq_replacements import replace
+
 __all__ = ["infer_init_method", "launcher_placement", "first_slurm_host", "check_training_is_distributed", "install"]
 
 logger = logging.getLogger(__name__)
@@ -93,11 +95,11 @@ def infer_init_method(cfg, force_distributed=False):
     launcher started as one rank of several takes its rank, world size and device from the launcher."""
     if cfg.distributed_init_method is not None or getattr(cfg, "tpu", False) \
             or getattr(cfg, "pipeline_model_parallel", False):
-        return _fairseq_infer_init_method(cfg, force_distributed)
+        return infer_init_method.fairseq(cfg, force_distributed)
     gpus = torch.cuda.device_count()
     found = launcher_placement(os.environ, gpus, int(cfg.distributed_port or 0))
     if found is None:
-        return _fairseq_infer_init_method(cfg, force_distributed)
+        return infer_init_method.fairseq(cfg, force_distributed)
     given = int(cfg.distributed_world_size)
     if given not in (max(1, gpus), found["world_size"]):  # not fairseq's default: the user asked for it
         raise ValueError(f"--distributed-world-size {given} but {found['launcher']} started {found['world_size']} "
@@ -141,14 +143,8 @@ def check_training_is_distributed() -> None:
                      f"loads the plugin): add {HYDRA_OVERRIDES[found['launcher']]} (docs/scale.md)")
 
 
-_fairseq_infer_init_method = None
-
-
 def install() -> None:
-    """Put ``infer_init_method`` in fairseq's place (once)."""
-    global _fairseq_infer_init_method
+    """Put ``infer_init_method`` in fairseq's place."""
     from fairseq.distributed import utils as distributed_utils
 
-    if _fairseq_infer_init_method is None:
-        _fairseq_infer_init_method = distributed_utils.infer_init_method
-    distributed_utils.infer_init_method = infer_init_method
+    replace(distributed_utils, "infer_init_method", infer_init_method)
