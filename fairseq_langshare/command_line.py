@@ -28,6 +28,12 @@ def build_parser(subcommands) -> argparse.ArgumentParser:
     return parser
 
 
+def add_command(subparsers, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    """The parser of sub-command ``name``, whose ``--help`` shows every option's default."""
+    return subparsers.add_parser(name, help=help, description=description,
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
 def required_subcommands(parser, dest: str, metavar: str, modules=(), register: str = "add_subcommand"):
     """The sub-commands of ``parser``, one of which must be given (its name in ``args.<dest>``), with those of
     ``modules`` added (``module.<register>(subparsers)``); returns the subparsers action."""
