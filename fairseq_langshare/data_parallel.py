@@ -11,8 +11,9 @@ T-bar on. fairseq 0.12's ``DistributedFairseqModel`` wraps the model as follows,
   with ``find_unused_parameters`` off unless ``--find-unused-parameters`` is given: a step that
   leaves a parameter unused then stops the run (``Expected to have finished reduction in the
   prior iteration``), latent depth only after its commit. Here a model that declares such steps
-  (``leaves_parameters_unused``, every method but the baseline) gets it on, with a one-line notice;
-  what the search for unused parameters costs is measured in docs/scale.md. fairseq also passes
+  (``leaves_parameters_unused``: every method but the baseline, and the baseline under LayerDrop) gets it
+  on, with a one-line notice; what the search for unused parameters costs is measured in docs/scale.md.
+  fairseq also passes
   ``device_ids=[device_id]``, which torch refuses for a model on the CPU; a CPU model gets none.
 * ``--ddp-backend legacy_ddp`` all-reduces a zero gradient for a parameter no rank used, so Adam's
   moments move it on the next updates, which one process (whose optimizer skips a parameter
@@ -81,7 +82,8 @@ def distributed_model(args, model, process_group, device):
     find_unused = bool(args.find_unused_parameters) or unused
     if find_unused and not args.find_unused_parameters:
         logger.info("--ddp-backend %s: find_unused_parameters on, since a %s step leaves the parameters of what its "
-                    "batch does not use (an absent language's, unselected layers) unused (cost: docs/scale.md)",
+                    "batch does not use (an absent language's, unselected or dropped layers) unused "
+                    "(cost: docs/scale.md)",
                     backend, type(model).__name__)
     wrapped = DistributedDataParallel(
         module=model.to(device),

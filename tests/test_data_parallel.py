@@ -160,6 +160,17 @@ def assert_same_state(a, b):
             assert torch.equal(a[name], b[name]), name  # committed decisions, language tables
 
 
+@pytest.mark.parametrize("layerdrop", [[], ["--encoder-layerdrop", "0.2"], ["--decoder-layerdrop", "0.2"]])
+def test_the_baseline_with_layerdrop_declares_steps_that_leave_layers_unused(corpus, layerdrop):
+    """Was: the baseline declared every step to train every parameter, so with LayerDrop (every rank drops the
+    same layers: fairseq seeds them alike) 2 ranks under the default pytorch_ddp stopped at the second update
+    (``Expected to have finished reduction``), and legacy_ddp moved the dropped layers by Adam's moments."""
+    from fairseq_langshare import data_parallel
+
+    _, model, _ = build_task_and_model(corpus, extra=layerdrop)
+    assert data_parallel.leaves_parameters_unused(model) == bool(layerdrop)
+
+
 def test_the_plan_has_updates_where_a_language_trains_on_one_rank_only(corpus):
     task, _, _ = build_task_and_model(corpus, pairs=PAIRS.split(","))
     task.load_dataset("valid")
