@@ -31,6 +31,7 @@ import shlex
 import sys
 import tempfile
 from .atomic_files import check_writable, json_text, write_files_atomic
+from .command_line import add_command
 from . import off_target
 from .data.binarized import BinarizedDataError, sentence_count
 from .interrupts import interrupts_kept
@@ -676,13 +677,12 @@ def _run(args):
 
 def add_subcommand(subparsers):
     """Register ``langshare evaluate`` on an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "evaluate", help="translate each direction of a corpus split and score it (BLEU, chrF, spBLEU, off-target rate)",
+    p = add_command(
+        subparsers, "evaluate", help="translate each direction of a corpus split and score it (BLEU, chrF, spBLEU, off-target rate)",
         description="Translate each direction of a corpus split with fairseq-generate and score it with "
                     "sacrebleu: BLEU and chrF (with signatures), spBLEU when its flores SentencePiece model is "
                     "already local (never downloaded); the off-target rate (py3langid, where it tells the target language apart on the references; `langshare off-target CORPUS` shows where); per-direction table, High/Medium/Low/zero-shot and overall "
                     "averages, win ratio against a baseline; JSON and markdown output.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("checkpoint", help="fairseq checkpoint (.pt) trained with --task multilingual_langshare")
     p.add_argument("corpus", help="corpus directory from `langshare prepare-data`, `prepare-gettext` or `prepare-corpus` "

@@ -139,6 +139,15 @@ def test_the_sweep_answers_in_one_line_naming_the_option(corpus):
                        "--latent-encoder-target-depth with", "--sparse-tau", "--adapter-bottleneck")
     rows = option_sweep.sweep(corpus, only=("langshare",) + fairseq_options)
     assert len([r for r in rows if r.command.startswith("fairseq-")]) == 9
-    not_ok = [(r.command, r.option, r.status, r.answer) for r in rows if not r.ok]
+    not_ok = [(r.command, r.option, r.status, r.answer) for r in rows if not r.ok and (r.command, r.option)
+              not in KNOWN_GAPS]
     assert not_ok == [], not_ok
+    gaps = {(r.command, r.option): r for r in rows if (r.command, r.option) in KNOWN_GAPS}
+    fixed = [gap for gap in KNOWN_GAPS if gap not in gaps or gaps[gap].ok]
+    assert fixed == [], f"{fixed}: refused in one line now (or gone): take them off KNOWN_GAPS"
     print(option_sweep.markdown(rows))
+
+
+# Rows of the sweep known to accept an out-of-range value, each with why. The test above fails on any other row
+# that is not refused in one line, and on a listed row that is (whoever fixes one takes it off this list).
+KNOWN_GAPS = set()  # none (prepare-gettext --workers, the last one, declares its range since 2026-11-28)
