@@ -212,16 +212,9 @@ def read_manifest(out_dir):
 
 def _check_parent_writable(out_dir):
     """Refuse now an --out whose directory cannot hold the build (it is built beside it)."""
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise ValueError(f"--out {out_dir}: {parent} is a file, not a directory; choose another --out")
-    try:
-        tempfile.TemporaryFile(dir=parent).close()
-    except OSError as e:
-        raise ValueError(f"cannot write --out {out_dir}: no file can be created in {parent} ({e.strerror}); "
-                         "choose another --out or fix its permissions") from None
+    from ..atomic_files import check_creatable
+
+    check_creatable(out_dir, "--out")
 
 
 def existing_build(out_dir, cfg, force, inputs=None):
