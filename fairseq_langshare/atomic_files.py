@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Mapping, Optional, Union
 
-__all__ = ["OutputPathError", "check_writable", "check_directory_writable", "json_text", "write_atomic",
-           "write_files_atomic", "write_text_atomic", "write_json_atomic", "save_figure_atomic"]
+__all__ = ["OutputPathError", "check_writable", "check_directory_writable", "check_creatable", "json_text",
+           "write_atomic", "write_files_atomic", "write_text_atomic", "write_json_atomic", "save_figure_atomic"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -54,7 +54,7 @@ def check_writable(path: PathLike, flag: str = "--out", inputs: Iterable[PathLik
             if directory is not None and _inside(path, directory) and not (own is not None and own(path)):
                 raise OutputPathError(f"{flag} {path} would replace a file of the {name} {directory} that "
                                       f"{command} did not write; write to another path")
-    _check_creatable(path, flag)
+    check_creatable(path, flag)
     return path
 
 
@@ -63,7 +63,7 @@ def check_directory_writable(path: PathLike, flag: str = "--out", why: str = "it
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise OutputPathError(f"{flag} {path} is a file; pass a directory ({why})")
-    _check_creatable(path / "probe", flag, shown=path)
+    check_creatable(path / "probe", flag, shown=path)
     return path
 
 
@@ -72,8 +72,11 @@ def _inside(path: Path, directory: PathLike) -> bool:
     return os.path.commonpath([real, top]) == top
 
 
-def _check_creatable(path: Path, flag: str, shown: Path = None) -> None:
-    shown = path if shown is None else shown
+def check_creatable(path: PathLike, flag: str, shown: Path = None) -> None:
+    """Refuse ``path`` now when its nearest existing parent is a file or a directory where nothing
+    can be created (probed, so that a read-only file system or a root-owned directory counts too)."""
+    shown = Path(path) if shown is None else shown
+    path = Path(os.path.abspath(path))
     parent = path.parent
     while not parent.exists():
         parent = parent.parent

@@ -18,12 +18,12 @@ from .interrupts import interrupted_while_starting
 with interrupted_while_starting():  # the first seconds of every `langshare` run: torch and fairseq load
     from . import analysis, comparison, evaluation, off_target
     from . import command_line
-    from .data import gettext_corpus
+    from .data import gettext_corpus, parallel_corpus
     from .deploy import export_command, translate
     from .recipes import corpora, experiments, head_to_head
 
-SUBCOMMANDS = (gettext_corpus, corpora, evaluation, off_target, comparison, experiments, head_to_head, analysis,
-               export_command, translate)
+SUBCOMMANDS = (gettext_corpus, parallel_corpus, corpora, evaluation, off_target, comparison, experiments, head_to_head,
+               analysis, export_command, translate)
 
 
 def build_parser():

@@ -24,11 +24,24 @@ def build_parser(subcommands) -> argparse.ArgumentParser:
         prog="langshare",
         description="fairseq_langshare tools: corpus building, evaluation, analysis, export",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    subparsers.required = True
-    for module in subcommands:
-        module.add_subcommand(subparsers)
+    required_subcommands(parser, "command", "COMMAND", subcommands)
     return parser
+
+
+def add_command(subparsers, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    """The parser of sub-command ``name``, whose ``--help`` shows every option's default."""
+    return subparsers.add_parser(name, help=help, description=description,
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def required_subcommands(parser, dest: str, metavar: str, modules=(), register: str = "add_subcommand"):
+    """The sub-commands of ``parser``, one of which must be given (its name in ``args.<dest>``), with those of
+    ``modules`` added (``module.<register>(subparsers)``); returns the subparsers action."""
+    subparsers = parser.add_subparsers(dest=dest, metavar=metavar)
+    subparsers.required = True
+    for module in modules:
+        getattr(module, register)(subparsers)
+    return subparsers
 
 
 def run(subcommands, argv=None) -> int:

@@ -14,13 +14,13 @@ the results hold the off-target rate, a table of its seed mean and std per direc
 follows (``off_target.add_to_comparison``).
 """
 
-import argparse
 import os
 import sys
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .atomic_files import check_writable, write_json_atomic, write_text_atomic
+from .command_line import add_command
 from .evaluation import GROUP_ORDER, EvaluationError, _averages, _csv, _fmt, _read_json, read_references
 from . import off_target, significance
 from .option_ranges import Range
@@ -366,12 +366,11 @@ def _run(args):
 
 def add_subcommand(subparsers):
     """Register ``langshare compare``."""
-    c = subparsers.add_parser(
-        "compare", help="side-by-side tables of several `langshare evaluate` results, over seeds, with significance",
+    c = add_command(
+        subparsers, "compare", help="side-by-side tables of several `langshare evaluate` results, over seeds, with significance",
         description="One table per metric with a column per system (per direction, group averages; mean ± std over "
                     "seeds when a name is given several times), each system's win ratio against the baseline (seed "
-                    "means) and sacrebleu's paired bootstrap test against it per direction and pooled.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                    "means) and sacrebleu's paired bootstrap test against it per direction and pooled.")
     c.add_argument("results", nargs="+", help="NAME=RESULTS.json (from `langshare evaluate --out-json`; split at the "
                                               "first '='), or a path (named by its file name); repeat a NAME for "
                                               "its other seeds, the same number for every system")

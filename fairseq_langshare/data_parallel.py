@@ -11,8 +11,9 @@ T-bar on. fairseq 0.12's ``DistributedFairseqModel`` wraps the model as follows,
   with ``find_unused_parameters`` off unless ``--find-unused-parameters`` is given: a step that
   leaves a parameter unused then stops the run (``Expected to have finished reduction in the
   prior iteration``), latent depth only after its commit. Here a model that declares such steps
-  (``leaves_parameters_unused``, every method but the baseline) gets it on, with a one-line notice;
-  what the search for unused parameters costs is measured in docs/scale.md. fairseq also passes
+  (``leaves_parameters_unused``: every method but the baseline, and the baseline under LayerDrop) gets it
+  on, with a one-line notice; what the search for unused parameters costs is measured in docs/scale.md.
+  fairseq also passes
   ``device_ids=[device_id]``, which torch refuses for a model on the CPU; a CPU model gets none.
 * ``--ddp-backend legacy_ddp`` all-reduces a zero gradient for a parameter no rank used, so Adam's
   moments move it on the next updates, which one process (whose optimizer skips a parameter
@@ -29,6 +30,8 @@ import torch
 from fairseq.distributed import DistributedTimeoutWrapper, LegacyDistributedDataParallel, ModuleProxyWrapper
 from fairseq.distributed import utils as distributed_utils
 from torch.nn.parallel import DistributedDataParallel
+
+from .fairseq_replacements import replace
 
 __all__ = ["leaves_parameters_unused", "distributed_model", "UnusedStayUnusedLegacyDDP", "install"]
 
@@ -72,14 +75,15 @@ def distributed_model(args, model, process_group, device):
     unused = leaves_parameters_unused(model)
     on_cpu = torch.device(device).type == "cpu"
     if getattr(args, "tpu", False) or not (torch_ddp and (unused or on_cpu) or legacy and unused):
-        return _fairseq_distributed_model(args, model, process_group, device)
+        return distributed_model.fairseq(args, model, process_group, device)
     if legacy:
         wrapped = UnusedStayUnusedLegacyDDP(module=model.to(device), process_group=process_group, buffer_size=2 ** 28)
         return _wrap(args, wrapped)
     find_unused = bool(args.find_unused_parameters) or unused
     if find_unused and not args.find_unused_parameters:
         logger.info("--ddp-backend %s: find_unused_parameters on, since a %s step leaves the parameters of what its "
-                    "batch does not use (an absent language's, unselected layers) unused (cost: docs/scale.md)",
+                    "batch does not use (an absent language's, unselected or dropped layers) unused "
+                    "(cost: docs/scale.md)",
                     backend, type(model).__name__)
     wrapped = DistributedDataParallel(
         module=model.to(device),
@@ -99,14 +103,8 @@ def distributed_model(args, model, process_group, device):
     return _wrap(args, wrapped)
 
 
-_fairseq_distributed_model = None
-
-
 def install() -> None:
-    """Put ``distributed_model`` in fairseq's place (once)."""
-    global _fairseq_distributed_model
+    """Put ``distributed_model`` in fairseq's place."""
     from fairseq import models
 
-    if _fairseq_distributed_model is None:
-        _fairseq_distributed_model = models.DistributedFairseqModel
-    models.DistributedFairseqModel = distributed_model
+    replace(models, "DistributedFairseqModel", distributed_model)

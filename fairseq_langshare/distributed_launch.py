@@ -25,7 +25,9 @@ process (more than one task, and either more than one per node or no GPU), it is
 ``LOCAL_RANK``: a task that sees one GPU uses it), meeting at the first node of the
 step on ``--distributed-port``, or without one on a port drawn from ``SLURM_JOB_ID`` (the same in
 every task of a job). Everything else (an explicit ``--distributed-init-method``, one task per GPU
-node that spawns a process per GPU, a single process) is left to fairseq.
+node that spawns a process per GPU, a single process, and the batch script itself, which Slurm runs with
+``SLURM_PROCID`` 0 and the job's ``SLURM_NTASKS`` but without the step's node list that srun sets) is left to
+fairseq.
 """
 
 import logging
@@ -35,6 +37,8 @@ import re
 from typing import Dict, Mapping, Optional
 
 import torch
+
+from .fairseq_replacements import replace
 
 __all__ = ["infer_init_method", "launcher_placement", "first_slurm_host", "check_training_is_distributed", "install"]
 
@@ -75,7 +79,9 @@ def launcher_placement(env: Mapping[str, str], gpus: int, port: int) -> Optional
         local = int(env.get("LOCAL_RANK", env["RANK"]))
         return {"launcher": "torchrun", "init_method": "env://", "world_size": int(env["WORLD_SIZE"]),
                 "rank": int(env["RANK"]), "device_id": local_device(local, gpus)}
-    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+    # srun sets the step's node list in each task it starts; the batch script itself (sbatch's batch step, where
+    # SLURM_PROCID is 0 and SLURM_NTASKS the job's) has only the job's: a process started there is no rank
+    nodelist = env.get("SLURM_STEP_NODELIST")
     ntasks, nnodes = int(env.get("SLURM_NTASKS", "1") or 1), int(env.get("SLURM_NNODES", "1") or 1)
     if nodelist is None or "SLURM_PROCID" not in env or ntasks <= 1 or (ntasks <= nnodes and gpus > 0):
         return None  # one task per GPU node: fairseq spawns a process per GPU
@@ -89,11 +95,11 @@ def infer_init_method(cfg, force_distributed=False):
     launcher started as one rank of several takes its rank, world size and device from the launcher."""
     if cfg.distributed_init_method is not None or getattr(cfg, "tpu", False) \
             or getattr(cfg, "pipeline_model_parallel", False):
-        return _fairseq_infer_init_method(cfg, force_distributed)
+        return infer_init_method.fairseq(cfg, force_distributed)
     gpus = torch.cuda.device_count()
     found = launcher_placement(os.environ, gpus, int(cfg.distributed_port or 0))
     if found is None:
-        return _fairseq_infer_init_method(cfg, force_distributed)
+        return infer_init_method.fairseq(cfg, force_distributed)
     given = int(cfg.distributed_world_size)
     if given not in (max(1, gpus), found["world_size"]):  # not fairseq's default: the user asked for it
         raise ValueError(f"--distributed-world-size {given} but {found['launcher']} started {found['world_size']} "
@@ -137,14 +143,8 @@ def check_training_is_distributed() -> None:
                      f"loads the plugin): add {HYDRA_OVERRIDES[found['launcher']]} (docs/scale.md)")
 
 
-_fairseq_infer_init_method = None
-
-
 def install() -> None:
-    """Put ``infer_init_method`` in fairseq's place (once)."""
-    global _fairseq_infer_init_method
+    """Put ``infer_init_method`` in fairseq's place."""
     from fairseq.distributed import utils as distributed_utils
 
-    if _fairseq_infer_init_method is None:
-        _fairseq_infer_init_method = distributed_utils.infer_init_method
-    distributed_utils.infer_init_method = infer_init_method
+    replace(distributed_utils, "infer_init_method", infer_init_method)

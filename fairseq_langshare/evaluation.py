@@ -31,6 +31,7 @@ import shlex
 import sys
 import tempfile
 from .atomic_files import check_writable, json_text, write_files_atomic
+from .command_line import add_command
 from . import off_target
 from .data.binarized import BinarizedDataError, sentence_count
 from .interrupts import interrupts_kept
@@ -305,10 +306,11 @@ class _Corpus:
         self.path = os.path.abspath(path)
         manifest = os.path.join(self.path, "manifest.json")
         if not os.path.isdir(self.path):
-            raise EvaluationError(f"corpus directory not found: {path} (build one with `langshare prepare-gettext`)")
+            raise EvaluationError(f"corpus directory not found: {path} (build one from your parallel text with "
+                                  "`langshare prepare-data`, or with `langshare prepare-gettext`)")
         if not os.path.isfile(manifest):
-            raise EvaluationError(f"{path} has no manifest.json, so it is not a prepared corpus "
-                                  f"(build one with `langshare prepare-gettext`)")
+            raise EvaluationError(f"{path} has no manifest.json, so it is not a prepared corpus (build one from your "
+                                  "parallel text with `langshare prepare-data`, or with `langshare prepare-gettext`)")
         self.manifest = _read_json(manifest, "corpus manifest")
         self.pivot = self.manifest.get("pivot", "en")
         self.bin = os.path.join(self.path, self.manifest.get("data_bin", "bin"))
@@ -326,7 +328,7 @@ class _Corpus:
             return None
         return (f"no {split} data for direction {src}-{tgt} in corpus {self.path}: expected "
                 f"{' and '.join(expected)}; rebuild the corpus with this language pair "
-                f"(langshare prepare-gettext) or leave {src}-{tgt} out of the directions")
+                f"(langshare prepare-data/prepare-gettext) or leave {src}-{tgt} out of the directions")
 
     def reference_path(self, split, src, tgt):
         for a, b in ((src, tgt), (tgt, src)):
@@ -357,7 +359,7 @@ class _Corpus:
                 raise EvaluationError(str(e)) from None
             if n is not None and n != n_refs:
                 raise EvaluationError(f"{refs} has {n_refs} lines but {prefix}.bin holds {n} sentences: raw/ and bin/ "
-                                      f"of the corpus are out of sync; rebuild the corpus (langshare prepare-gettext) "
+                                      f"of the corpus are out of sync; rebuild the corpus (langshare prepare-data/prepare-gettext) "
                                       f"or restore {refs}")
 
     def references(self, split, src, tgt):
@@ -547,6 +549,11 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         if not directions:
             raise EvaluationError(f"no direction the checkpoint was trained on ({','.join(trained)}) has {split} "
                                   f"data in corpus {corpus.path}; pass --directions or another --split")
+        untrained = [d for d in corpus.manifest.get("zero_shot_pairs") or [] if d not in trained
+                     and all(c in langs for c in d.split("-")) and corpus.missing(split, *d.split("-")) is None]
+        if untrained:
+            logger.warning("the corpus also has zero-shot directions %s; pass --directions to score them",
+                           ",".join(untrained))
     else:
         directions = list(dict.fromkeys(_csv(directions)))
         for d in directions:
@@ -670,16 +677,16 @@ def _run(args):
 
 def add_subcommand(subparsers):
     """Register ``langshare evaluate`` on an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "evaluate", help="translate each direction of a corpus split and score it (BLEU, chrF, spBLEU, off-target rate)",
+    p = add_command(
+        subparsers, "evaluate", help="translate each direction of a corpus split and score it (BLEU, chrF, spBLEU, off-target rate)",
         description="Translate each direction of a corpus split with fairseq-generate and score it with "
                     "sacrebleu: BLEU and chrF (with signatures), spBLEU when its flores SentencePiece model is "
                     "already local (never downloaded); the off-target rate (py3langid, where it tells the target language apart on the references; `langshare off-target CORPUS` shows where); per-direction table, High/Medium/Low/zero-shot and overall "
                     "averages, win ratio against a baseline; JSON and markdown output.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("checkpoint", help="fairseq checkpoint (.pt) trained with --task multilingual_langshare")
-    p.add_argument("corpus", help="corpus directory from `langshare prepare-gettext` (manifest.json, raw/, bin/)")
+    p.add_argument("corpus", help="corpus directory from `langshare prepare-data`, `prepare-gettext` or `prepare-corpus` "
+                   "(manifest.json, raw/, bin/)")
     p.add_argument("--split", default="test", help="data split to translate and score")
     p.add_argument("--directions", default=None,
                    help="comma-separated SRC-TGT directions, zero-shot ones included; None: every direction "

@@ -27,7 +27,6 @@ identified (docs/evaluation.md, "Off-target rate"):
 Group averages are means over the group's directions that have a rate (``off_target_directions``).
 """
 
-import argparse
 import glob
 import json
 import logging
@@ -35,6 +34,8 @@ import os
 import statistics
 from collections import Counter, OrderedDict
 from typing import Dict, List, Optional, Sequence
+
+from .command_line import add_command
 
 MIN_CHARS = 20
 MIN_REFERENCES = 20
@@ -362,14 +363,13 @@ def _run(args):
 
 def add_subcommand(subparsers):
     """Register ``langshare off-target``."""
-    p = subparsers.add_parser(
-        "off-target", help="measure the language identifier on a corpus's references, or add the off-target "
-                           "rate to evaluate results",
+    p = add_command(
+        subparsers, "off-target", help="measure the language identifier on a corpus's references, or add the "
+                                       "off-target rate to evaluate results",
         description="Without --results: the language identifier's accuracy on the references of every language "
                     "of CORPUS, and which target languages the off-target rate is reported for. With --results: "
                     "add the off-target rate to `langshare evaluate` results from their stored hypotheses "
-                    "(rewritten in place). `langshare evaluate` computes the rate itself.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                    "(rewritten in place). `langshare evaluate` computes the rate itself.")
     p.add_argument("corpus", nargs="?", help="corpus directory (manifest.json, raw/); with --results: default, the "
                                              "corpus the results were evaluated on")
     p.add_argument("--split", default="test", help="split whose references measure the identifier")

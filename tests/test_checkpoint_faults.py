@@ -54,10 +54,28 @@ def test_max_update_below_the_checkpoints_updates_is_refused_before_anything_is_
     before = snapshot(save)
     line = fairseq_error(train, task_args(corpus) + TRAIN + ["--max-update", "2", "--save-dir", str(save)])
     assert line == (f"fairseq-train: error: {save / 'checkpoint_last.pt'} was trained for 4 updates, more than "
-                    "--max-update 2: pass --max-update 4 or more to train on, or another --save-dir (or "
-                    "--restore-file) to start a run from scratch"), line
+                    "--max-update 2: pass --max-update 4 or more to train on, or another --save-dir to start a new "
+                    f"run (--finetune-from-model {save / 'checkpoint_last.pt'} to start it from these weights)"), line
     after = snapshot(save)
     assert after == before  # nothing written: no crash.pt, no checkpoint replaced
+
+
+def test_max_update_below_a_restore_files_updates_names_the_fine_tuning_flags(corpus, run, tmp_path):
+    """--restore-file of another run into a new --save-dir: was told to pass "another --save-dir (or
+    --restore-file)", which changes nothing (the restore file is loaded again, its update count with it). The
+    fixes named: train on past its count, or count from 0 (--reset-optimizer, or --finetune-from-model), which
+    trains."""
+    base = task_args(corpus) + TRAIN + ["--max-update", "2"]
+    restore = ["--restore-file", str(run / "checkpoint_last.pt")]
+    line = fairseq_error(train, base + restore + ["--save-dir", str(tmp_path / "a")])
+    assert line == (f"fairseq-train: error: --restore-file {run / 'checkpoint_last.pt'} was trained for 4 updates, "
+                    "more than --max-update 2: pass --max-update 4 or more to train on from its count, or "
+                    "--reset-optimizer to count updates from 0 (or --finetune-from-model instead of --restore-file: "
+                    "fine-tuning)"), line
+    assert not list((tmp_path / "a").iterdir())
+    train(base + restore + ["--reset-optimizer", "--save-dir", str(tmp_path / "b")])
+    saved = torch.load(tmp_path / "b" / "checkpoint_last.pt", weights_only=True)
+    assert saved["optimizer_history"][-1]["num_updates"] == 2
 
 
 @pytest.mark.parametrize("step", ["write", "copy"])

@@ -2,43 +2,25 @@
 
 import argparse
 import json
-import random
 
 import pytest
 
 from fairseq_langshare import comparison, evaluation, significance
 from fairseq_langshare.evaluation import EvaluationError
-
-WORDS = "the a cat dog sat on mat house red blue green runs fast slow open file save quit".split()
-
-
-def _sentences(n, seed=0):
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 10))) for _ in range(n)]
-
-
-def _degrade(refs, share, seed):
-    """Replace ``share`` of the words of every sentence (at least one) with random words."""
-    rng = random.Random(seed)
-    out = []
-    for r in refs:
-        words = r.split()
-        hit = set(rng.sample(range(len(words)), max(1, round(share * len(words)))))
-        out.append(" ".join(rng.choice(WORDS) + "x" if i in hit else w for i, w in enumerate(words)))
-    return out
+from synthetic_translations import degrade, sentences
 
 
 # ----------------------------------------------------------------------------- the test itself
 def test_identical_systems_p_one_and_better_on_every_sentence_significant():
-    refs = _sentences(60)
-    base = _degrade(refs, 0.5, seed=1)
+    refs = sentences(60)
+    base = degrade(refs, 0.5, seed=1)
     same = significance.paired_bootstrap(base, list(base), refs)
     for metric in ("bleu", "chrf"):
         t = same[metric]
         assert t["p_value"] == 1.0 and t["delta"] == 0.0
         assert t["system_mean"] == pytest.approx(t["baseline_mean"]) and t["system_ci"] > 0
     # a system better on every single sentence: significant on both metrics, positive delta
-    better = _degrade(refs, 0.2, seed=2)
+    better = degrade(refs, 0.2, seed=2)
     test = significance.paired_bootstrap(base, better, refs)
     for metric in ("bleu", "chrf"):
         assert test[metric]["p_value"] < 0.05 and test[metric]["delta"] > 5, test[metric]
@@ -57,9 +39,9 @@ def test_identical_systems_p_one_and_better_on_every_sentence_significant():
 
 
 def test_seeds_paired_and_concatenated_per_direction_and_pooled():
-    refs = {"en-a": _sentences(30, 1), "en-b": _sentences(30, 2)}
-    base = [{d: _degrade(r, 0.5, 10 + k) for d, r in refs.items()} for k in range(2)]
-    mine = [{d: _degrade(r, 0.2, 20 + k) for d, r in refs.items()} for k in range(2)]  # unequal counts: refused
+    refs = {"en-a": sentences(30, 1), "en-b": sentences(30, 2)}
+    base = [{d: degrade(r, 0.5, 10 + k) for d, r in refs.items()} for k in range(2)]
+    mine = [{d: degrade(r, 0.2, 20 + k) for d, r in refs.items()} for k in range(2)]  # unequal counts: refused
     sig = significance.compare_to_baseline(base, mine, refs, {"en-a": "13a", "en-b": "13a"}, n_samples=300)
     assert sig["seeds"] == 2 and sig["pooled"]["directions"] == ["en-a", "en-b"]
     for row in list(sig["directions"].values()) + [sig["pooled"]]:
@@ -132,10 +114,10 @@ def test_seed_aggregation_and_win_only_when_seed_mean_is_better(tmp_path):
 
 
 def test_compare_tests_against_the_baseline_from_stored_hypotheses(tmp_path):
-    refs = {"en-a": _sentences(30, 1), "en-b": _sentences(30, 2)}
-    base = [_results(tmp_path, {"en-a": 10.0, "en-b": 10.0}, {d: (_degrade(r, 0.5, k), r) for d, r in refs.items()})
+    refs = {"en-a": sentences(30, 1), "en-b": sentences(30, 2)}
+    base = [_results(tmp_path, {"en-a": 10.0, "en-b": 10.0}, {d: (degrade(r, 0.5, k), r) for d, r in refs.items()})
             for k in range(2)]
-    good = [_results(tmp_path, {"en-a": 30.0, "en-b": 30.0}, {d: (_degrade(r, 0.1, 5 + k), r) for d, r in refs.items()})
+    good = [_results(tmp_path, {"en-a": 30.0, "en-b": 30.0}, {d: (degrade(r, 0.1, 5 + k), r) for d, r in refs.items()})
             for k in range(2)]
     same = [_results(tmp_path, {"en-a": 10.0, "en-b": 10.0}, {d: (list(r["hypotheses"][d]), refs[d]) for d in refs})
             for r in base]
@@ -178,9 +160,9 @@ def test_compare_without_hypotheses_says_so_and_leaves_out_missing_metrics(tmp_p
 
 
 def test_evaluate_baseline_significance_single_seed(tmp_path):
-    refs = _sentences(30, 4)
-    base = _results(tmp_path, {"en-a": 10.0}, {"en-a": (_degrade(refs, 0.5, 1), refs)})
-    mine = _results(tmp_path, {"en-a": 30.0}, {"en-a": (_degrade(refs, 0.1, 2), refs)})
+    refs = sentences(30, 4)
+    base = _results(tmp_path, {"en-a": 10.0}, {"en-a": (degrade(refs, 0.5, 1), refs)})
+    mine = _results(tmp_path, {"en-a": 30.0}, {"en-a": (degrade(refs, 0.1, 2), refs)})
     sig = evaluation.baseline_significance(mine, base)
     assert sig["seeds"] == 1 and sig["directions"]["en-a"]["bleu"]["seeds_concatenated"]["p_value"] < 0.05
     mine["significance"] = sig

@@ -56,6 +56,23 @@ def test_srun_variables_give_rank_world_size_first_node_and_a_port_from_the_job(
     assert distributed_launch.first_slurm_host("solo") == "solo"
 
 
+def test_a_batch_script_run_without_srun_is_left_to_fairseq(monkeypatch):
+    """Was: the sbatch script itself (Slurm's batch step: SLURM_PROCID 0 and the job's SLURM_NTASKS, no
+    step node list) read as rank 0 of the job's tasks, so ``fairseq-train`` typed in it without srun waited
+    for ranks that never start (a hang until the rendezvous times out) where fairseq trains alone on a CPU
+    node or spawns one process per GPU; fairseq-hydra-train was refused as "rank 0 of N"."""
+    batch_step = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NODELIST": "gpu[07-08]",
+                  "SLURM_NNODES": "1", "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "8", "SLURM_PROCID": "0",
+                  "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    for gpus in (0, 8):
+        assert distributed_launch.launcher_placement(batch_step, gpus=gpus, port=0) is None
+    for key in [k for k in os.environ if k.startswith("SLURM_")] + list(LAUNCH_VARIABLES):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in batch_step.items():
+        monkeypatch.setenv(key, value)
+    distributed_launch.check_training_is_distributed()  # no refusal: nothing started other ranks
+
+
 def test_a_world_size_that_contradicts_the_launcher_is_refused_in_one_line(monkeypatch):
     from fairseq.dataclass.configs import FairseqConfig
     from omegaconf import OmegaConf
@@ -141,6 +158,17 @@ def assert_same_state(a, b):
             torch.testing.assert_close(a[name], b[name], **TOLERANCE, msg=lambda m: f"{name}: {m}")
         else:
             assert torch.equal(a[name], b[name]), name  # committed decisions, language tables
+
+
+@pytest.mark.parametrize("layerdrop", [[], ["--encoder-layerdrop", "0.2"], ["--decoder-layerdrop", "0.2"]])
+def test_the_baseline_with_layerdrop_declares_steps_that_leave_layers_unused(corpus, layerdrop):
+    """Was: the baseline declared every step to train every parameter, so with LayerDrop (every rank drops the
+    same layers: fairseq seeds them alike) 2 ranks under the default pytorch_ddp stopped at the second update
+    (``Expected to have finished reduction``), and legacy_ddp moved the dropped layers by Adam's moments."""
+    from fairseq_langshare import data_parallel
+
+    _, model, _ = build_task_and_model(corpus, extra=layerdrop)
+    assert data_parallel.leaves_parameters_unused(model) == bool(layerdrop)
 
 
 def test_the_plan_has_updates_where_a_language_trains_on_one_rank_only(corpus):

@@ -267,3 +267,27 @@ def test_m2o_swaps_pairs_and_force_replaces(built, tmp_path):
     assert sorted(os.listdir(f"{out}/raw")) == sorted(
         f"{s}.{p}.{lang}" for s in gc.SPLITS for p in ("en-az", "az-en") for lang in ("en", "az"))
     assert not [d for d in os.listdir(tmp_path) if d != "m2o"]
+
+
+def test_force_never_empties_a_directory_it_did_not_write(fake_locales, tmp_path):
+    """--force replaces a corpus this package wrote (its manifest), never a user's directory."""
+    user = tmp_path / "mine"
+    (user / "notes").mkdir(parents=True)
+    (user / "hypotheses.txt").write_text("keep me\n")
+    (user / "notes" / "a.txt").write_text("and me\n")
+    for force in (False, True):
+        with pytest.raises(ValueError, match="did not write") as e:
+            gc.prepare_gettext(user, langs="xx", min_pairs=2, vocab_size=40, locale_dir=fake_locales, force=force)
+        assert "\n" not in str(e.value)
+        assert (user / "hypotheses.txt").read_text() == "keep me\n" and (user / "notes" / "a.txt").exists()
+    # a user's file put into a corpus directory this package wrote is not deleted either
+    out = tmp_path / "corpus"
+    gc.prepare_gettext(out, langs="xx", min_pairs=2, vocab_size=40, locale_dir=fake_locales)
+    (out / "checkpoint_best.pt").write_text("weights")
+    with pytest.raises(ValueError, match="checkpoint_best.pt"):
+        gc.prepare_gettext(out, langs="xx", min_pairs=2, vocab_size=41, locale_dir=fake_locales, force=True)
+    assert (out / "checkpoint_best.pt").read_text() == "weights"
+    (out / "checkpoint_best.pt").unlink()
+    m = gc.prepare_gettext(out, langs="xx", min_pairs=2, vocab_size=41, locale_dir=fake_locales, force=True)
+    assert m["config"]["vocab_size"] == 41
+    assert sorted(os.listdir(tmp_path)) == ["corpus", "mine"]

@@ -10,7 +10,6 @@ import datetime
 import io
 import json
 import os
-import random
 import subprocess
 import zlib
 
@@ -20,9 +19,9 @@ from fairseq_langshare import cli, significance
 from fairseq_langshare.atomic_files import json_text
 from fairseq_langshare.recipes import head_to_head, head_to_head_record, head_to_head_report, head_to_head_standings
 from fairseq_langshare.recipes.head_to_head_models import MODELS
+from synthetic_translations import degrade, sentences
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORDS = "the a cat dog sat on mat house red blue green runs fast slow open file save quit".split()
 SAMPLES = 200  # bootstrap resamples: enough to order these systems, cheap
 PAIRS = {"o2m": ("en-xx", "en-yy"), "m2o": ("xx-en", "yy-en"), "m2m": ("en-xx", "xx-en", "en-yy", "yy-en", "xx-yy")}
 ZERO_SHOT = ("xx-yy",)  # untrained: evaluate's zero-shot group
@@ -30,21 +29,6 @@ ZERO_SHOT = ("xx-yy",)  # untrained: evaluate's zero-shot group
 # on seeds 1 and 3 and clearly worse on seed 2 (level whatever the p-value), adapters worse everywhere
 DAMAGE = {"baseline": (0.5, 0.5, 0.5), "lsl": (0.2, 0.25, 0.2), "clsr": (0.2, 0.8, 0.2), "adapters": (0.8, 0.8, 0.8)}
 FLOPS = {"baseline": 1_000_000, "lsl": 1_000_000, "clsr": 1_150_000, "adapters": 1_004_000}  # adapters: +0.4%
-
-
-def _sentences(n, seed):
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 10))) for _ in range(n)]
-
-
-def _damage(refs, share, seed):
-    rng = random.Random(seed)
-    out = []
-    for r in refs:
-        words = r.split()
-        hit = set(rng.sample(range(len(words)), max(1, round(share * len(words)))))
-        out.append(" ".join(rng.choice(WORDS) + "x" if i in hit else w for i, w in enumerate(words)))
-    return out
 
 
 def _profile(name, pairs):
@@ -59,7 +43,7 @@ def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", upda
     from sacrebleu.metrics import BLEU, CHRF
 
     pairs = PAIRS[direction]
-    hyps = {p: _damage(refs[p], (share or {}).get(p, DAMAGE[name][(seed - 1) % 3]),
+    hyps = {p: degrade(refs[p], (share or {}).get(p, DAMAGE[name][(seed - 1) % 3]),
                        zlib.crc32(f"{name} {seed} {p}".encode())) for p in pairs}
     rows = {p: {"bleu": BLEU().corpus_score(hyps[p], [refs[p]]).score,
                 "chrf": CHRF().corpus_score(hyps[p], [refs[p]]).score, "spbleu": None,
@@ -89,7 +73,7 @@ def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", upda
 
 
 def make_record(record_dir, models=("baseline", "lsl", "clsr", "adapters"), seeds=(1, 2, 3), direction="o2m", **kw):
-    refs = {p: _sentences(40, i) for i, p in enumerate(PAIRS[direction])}
+    refs = {p: sentences(40, i) for i, p in enumerate(PAIRS[direction])}
     for name in models:
         for seed in seeds:
             write_run(record_dir, direction, name, seed, refs, **kw)
@@ -116,7 +100,7 @@ def reported(tmp_path_factory):
     """A synthetic O2M record (4 models x seeds 1-3, plus an lsl seed 4 not every model has), reported."""
     root = tmp_path_factory.mktemp("h2h_report")
     make_record(root / "record")
-    write_run(root / "record", "o2m", "lsl", 4, {p: _sentences(40, i) for i, p in enumerate(PAIRS["o2m"])})
+    write_run(root / "record", "o2m", "lsl", 4, {p: sentences(40, i) for i, p in enumerate(PAIRS["o2m"])})
     paths = _outputs(root / "first")
     data = head_to_head_report.report(str(root / "record"), stream=open(os.devnull, "w"), n_samples=SAMPLES, **paths)
     return root, paths, data
@@ -140,9 +124,9 @@ def test_verdict_rule(delta, p, seeds, expected):
 
 
 def test_every_comparison_carries_its_seed_deltas_and_verdict_and_shared_statistics_change_nothing():
-    refs = {"en-a": _sentences(30, 1), "en-b": _sentences(30, 2)}
-    base = [{d: _damage(r, 0.5, 10 + k) for d, r in refs.items()} for k in range(3)]
-    mixed = [{d: _damage(r, share, 20 + k) for d, r in refs.items()} for k, share in enumerate((0.1, 0.9, 0.1))]
+    refs = {"en-a": sentences(30, 1), "en-b": sentences(30, 2)}
+    base = [{d: degrade(r, 0.5, 10 + k) for d, r in refs.items()} for k in range(3)]
+    mixed = [{d: degrade(r, share, 20 + k) for d, r in refs.items()} for k, share in enumerate((0.1, 0.9, 0.1))]
     tok = {d: "13a" for d in refs}
     shared = significance.SentenceStatistics()
     sig = significance.compare_to_baseline(base, mixed, refs, tok, n_samples=SAMPLES, statistics=shared)
@@ -425,7 +409,7 @@ def test_a_set_with_zero_shot_directions_gets_a_verdict_for_each_kind(tmp_path):
     """M2M: the supervised and the zero-shot directions pooled separately, by the same rule, in the
     JSON, the tables and README's standings (was: one verdict over both pooled, which a gain on the
     trained directions decides while the zero-shot ones, what the papers' claims are about, lose)."""
-    refs = {p: _sentences(40, i) for i, p in enumerate(PAIRS["m2m"])}
+    refs = {p: sentences(40, i) for i, p in enumerate(PAIRS["m2m"])}
     for seed in (1, 2):
         write_run(tmp_path / "record", "m2m", "baseline", seed, refs, share={p: 0.5 for p in refs})
         write_run(tmp_path / "record", "m2m", "lsl", seed, refs,

@@ -81,7 +81,6 @@ def test_every_numeric_option_of_the_plugin_declares_its_range_and_check_ranges_
 
 
 def test_every_numeric_langshare_option_declares_its_range():
-    """prepare-gettext checks its own (fairseq_langshare/data/gettext_corpus.py); the sweep runs them."""
     from option_sweep import _commands
 
     from fairseq_langshare import cli
@@ -89,7 +88,7 @@ def test_every_numeric_langshare_option_declares_its_range():
     undeclared = []
     for path, parser in _commands(cli.build_parser()):
         for action in parser._actions:
-            if action.option_strings and action.type in (int, float) and path[0] != "prepare-gettext":
+            if action.option_strings and action.type in (int, float):
                 undeclared.append(f"langshare {' '.join(path)} {action.option_strings[-1]}")
     assert undeclared == []
 
@@ -140,7 +139,15 @@ def test_the_sweep_answers_in_one_line_naming_the_option(corpus):
                        "--latent-encoder-target-depth with", "--sparse-tau", "--adapter-bottleneck")
     rows = option_sweep.sweep(corpus, only=("langshare",) + fairseq_options)
     assert len([r for r in rows if r.command.startswith("fairseq-")]) == 9
-    # prepare-gettext --workers: checked by nobody yet (fairseq_langshare/data/ is another change's)
-    not_ok = [(r.command, r.option, r.status, r.answer) for r in rows if not r.ok]
-    assert not_ok == [("langshare prepare-gettext", "--workers", "accepted", "the command would run")], not_ok
+    not_ok = [(r.command, r.option, r.status, r.answer) for r in rows if not r.ok and (r.command, r.option)
+              not in KNOWN_GAPS]
+    assert not_ok == [], not_ok
+    gaps = {(r.command, r.option): r for r in rows if (r.command, r.option) in KNOWN_GAPS}
+    fixed = [gap for gap in KNOWN_GAPS if gap not in gaps or gaps[gap].ok]
+    assert fixed == [], f"{fixed}: refused in one line now (or gone): take them off KNOWN_GAPS"
     print(option_sweep.markdown(rows))
+
+
+# Rows of the sweep known to accept an out-of-range value, each with why. The test above fails on any other row
+# that is not refused in one line, and on a listed row that is (whoever fixes one takes it off this list).
+KNOWN_GAPS = set()  # none (prepare-gettext --workers, the last one, declares its range since 2026-11-28)

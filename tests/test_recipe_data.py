@@ -230,7 +230,7 @@ def test_interrupted_build_leaves_nothing_that_looks_complete(mirrors, tmp_path,
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cb, "binarize", interrupted)
+    monkeypatch.setattr(cb, "encode_and_binarize", interrupted)
     out = tmp_path / "corpus"
     with pytest.raises(KeyboardInterrupt):
         corpora.prepare_corpus("ted8-related", out, mirror=mirrors["ted8-related"],

@@ -9,7 +9,8 @@ import pytest
 from fairseq_langshare import comparison, significance
 from fairseq_langshare.atomic_files import OutputPathError
 from fairseq_langshare.evaluation import EvaluationError
-from test_comparison import _degrade, _results, _sentences
+from synthetic_translations import degrade, sentences
+from test_comparison import _results
 
 
 def _parser():
@@ -19,10 +20,10 @@ def _parser():
 
 
 def test_unequal_seed_counts_refused(tmp_path):
-    refs = {"en-a": _sentences(20, 1)}
-    base = [_results(tmp_path, {"en-a": 10.0}, {"en-a": (_degrade(refs["en-a"], 0.5, k), refs["en-a"])})
+    refs = {"en-a": sentences(20, 1)}
+    base = [_results(tmp_path, {"en-a": 10.0}, {"en-a": (degrade(refs["en-a"], 0.5, k), refs["en-a"])})
             for k in range(2)]
-    mine = [_results(tmp_path, {"en-a": 30.0}, {"en-a": (_degrade(refs["en-a"], 0.1, 5 + k), refs["en-a"])})
+    mine = [_results(tmp_path, {"en-a": 30.0}, {"en-a": (degrade(refs["en-a"], 0.1, 5 + k), refs["en-a"])})
             for k in range(3)]
     runs = [("base", base[0]), ("base", base[1])] + [("mine", r) for r in mine]
     with pytest.raises(EvaluationError, match=r"mine has 3 seeds but the baseline base has 2.*same seeds"):
@@ -59,8 +60,8 @@ def test_untestable_inputs_give_no_p_value_and_no_dagger(tmp_path):
     same = significance.paired_bootstrap(["the cat sat on a mat"] * 5, refs, refs, n_samples=50)
     assert same["bleu"]["p_value"] is None and same["chrf"]["p_value"] is None
     # a real, significant difference keeps its (minimal) p-value
-    refs = _sentences(40, 3)
-    real = significance.paired_bootstrap(_degrade(refs, 0.6, 1), _degrade(refs, 0.05, 2), refs, n_samples=50)
+    refs = sentences(40, 3)
+    real = significance.paired_bootstrap(degrade(refs, 0.6, 1), degrade(refs, 0.05, 2), refs, n_samples=50)
     assert real["bleu"]["p_value"] == pytest.approx(1 / 51)
     # in compare: no dagger and "not testable" in the table
     r = ["the cat sat on the mat"]

@@ -9,6 +9,7 @@ one entry point.
 import functools
 
 from ..atomic_files import check_directory_writable
+from ..command_line import required_subcommands
 from . import adaptive_sparse, clsr_gates, latent_depth, lsl_similarity, lsl_weights
 
 ANALYSES = (adaptive_sparse, clsr_gates, latent_depth, lsl_weights, lsl_similarity)
@@ -29,9 +30,6 @@ def add_subcommand(subparsers) -> None:
         help="analyse a trained checkpoint: statistics, plots, derived architectures (per method)",
         description="Analyse a trained checkpoint; choose the method's analysis, e.g. `langshare analyze lsl CKPT --out DIR`.",
     )
-    methods = parser.add_subparsers(dest="method", metavar="METHOD")
-    methods.required = True
-    for module in ANALYSES:
-        module.add_analysis(methods)
+    methods = required_subcommands(parser, "method", "METHOD", ANALYSES, register="add_analysis")
     for method in methods.choices.values():
         method.set_defaults(func=_out_checked(method.get_default("func")))

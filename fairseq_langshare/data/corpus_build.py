@@ -1,17 +1,20 @@
-"""One build core for every prepared corpus (gettext and the papers' corpora).
+"""One build core for every prepared corpus (gettext, the papers' corpora, the user's own text).
 
 A prepared corpus directory holds ``manifest.json``, ``langs.txt``, ``lang_pairs.txt``,
 ``raw/{split}.{a}-{b}.{lang}`` (detokenized text), ``spm.model``/``spm.vocab``,
 ``spm/{split}.{a}-{b}.{lang}`` and ``bin/`` (fairseq mmap data, one joint ``bin/dict.txt`` copied
 to ``bin/dict.{lang}.txt`` for every language). It is built in ``OUT.tmp-<pid>`` and renamed at
 the end (:func:`building`), so an interrupted build never leaves a directory that looks complete;
-a finished build with the same config is reused (:func:`existing_build`).
+a finished build with the same config and inputs is reused (:func:`existing_build`), and a
+directory the package did not write is never replaced.
 
-Also here, for the papers' corpora: text normalisation (:func:`normalize`), training-pair
-cleaning (:class:`PairCleaner`: exact duplicates and held-out overlaps removed) and the
-SentencePiece training text sampled over languages with a temperature (:func:`spm_sample`,
-Arivazhagan et al. 2019 as used by the CLSR paper Sec. 5 and the adaptive-sparse paper App. C)
-or balanced per language (LSL paper Sec. 4: 1.5M sentences per language).
+Also here, for the papers' corpora and ``prepare-data``: text normalisation (:func:`normalize`),
+training-pair cleaning (:class:`PairCleaner`: length filters, exact duplicates and held-out
+overlaps removed, in 8 bytes per kept pair), the SentencePiece training text sampled over
+languages with a temperature (:func:`spm_sample`, Arivazhagan et al. 2019 as used by the CLSR
+paper Sec. 5 and the adaptive-sparse paper App. C) or balanced per language (LSL paper Sec. 4:
+1.5M sentences per language), in memory bounded by the sample, and the per-direction encoding and
+binarisation, run across directions by ``workers`` processes (:func:`encode_and_binarize`).
 """
 
 import collections
@@ -23,11 +26,16 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import unicodedata
+from multiprocessing import Pool
 
+import numpy as np
 from tqdm import tqdm
 
 SPLITS = ("train", "valid", "test")
+CORPUS_ENTRIES = ("manifest.json", "langs.txt", "lang_pairs.txt", "raw", "spm", "bin", "spm.model",
+                  "spm.vocab")  # everything a build writes at the top of its directory
 ENCODE_CHUNK = 100_000  # lines per SentencePiece encode call (bounded memory at full size)
 _CONTROL = {i: " " for i in list(range(32)) + list(range(127, 160))}
 _CONTROL.update({0x200B: None, 0xFEFF: None, 0x2028: " ", 0x2029: " "})
@@ -56,19 +64,74 @@ def unit_hash(text, salt=""):
     return fingerprint(salt + "\x00" + text) / 2.0 ** 64
 
 
-class PairCleaner:
-    """Training-pair filter of one stored direction: drops pairs with an empty side, exact
-    duplicates of an earlier pair, and pairs whose source or target sentence occurs in a
-    valid/test set of that language (``heldout``: {lang: set of fingerprints}); counts each."""
+class FingerprintSet:
+    """A set of 64-bit fingerprints at 8 bytes an entry (a Python set of ints costs about 70): a
+    sorted numpy array, plus a small Python set of the latest additions merged into it every
+    ``flush`` entries."""
 
-    def __init__(self, langs, heldout):
-        self.langs, self.heldout = langs, heldout
-        self.seen = set()
+    def __init__(self, flush=1 << 17):
+        self._sorted = np.empty(0, dtype=np.uint64)
+        self._recent = set()
+        self._flush = flush
+
+    def __len__(self):
+        return len(self._sorted) + len(self._recent)
+
+    def __contains__(self, key):
+        if key in self._recent:
+            return True
+        a = self._sorted
+        i = int(a.searchsorted(np.uint64(key)))
+        return i < len(a) and int(a[i]) == key
+
+    def add(self, key):
+        self._recent.add(key)
+        if len(self._recent) >= self._flush:
+            new = np.fromiter(self._recent, dtype=np.uint64, count=len(self._recent))
+            new.sort()
+            self._sorted = np.insert(self._sorted, self._sorted.searchsorted(new), new)
+            self._recent = set()
+
+
+class LengthFilter:
+    """Drops a pair with a side shorter than ``min_chars`` or longer than ``max_chars`` characters,
+    or whose longer side has more than ``max_ratio`` times the characters of the shorter; None
+    switches a bound off. Characters, not words: languages without spaces (zh, ja, th) count
+    alike; the ratio's default leaves room for the ~3-4x of English against Chinese characters."""
+
+    def __init__(self, min_chars=None, max_chars=None, max_ratio=None):
+        self.min_chars, self.max_chars, self.max_ratio = min_chars, max_chars, max_ratio
+
+    def reason(self, a, b):
+        """None if (a, b) passes, else the name of the bound it fails."""
+        la, lb = len(a), len(b)
+        if self.min_chars is not None and min(la, lb) < self.min_chars:
+            return "too_short"
+        if self.max_chars is not None and max(la, lb) > self.max_chars:
+            return "too_long"
+        if self.max_ratio is not None and max(la, lb) > self.max_ratio * max(1, min(la, lb)):
+            return "length_ratio"
+        return None
+
+
+class PairCleaner:
+    """Training-pair filter of one stored direction: drops pairs with an empty side, pairs the
+    ``length_filter`` rejects, pairs whose source or target sentence occurs in a valid/test set
+    of that language (``heldout``: {lang: set of fingerprints}) and exact duplicates of an
+    earlier pair; counts each."""
+
+    def __init__(self, langs, heldout, length_filter=None):
+        self.langs, self.heldout, self.length_filter = langs, heldout, length_filter
+        self.seen = FingerprintSet()
         self.removed = collections.Counter()
 
     def keep(self, a, b):
         if not a or not b:
             self.removed["empty"] += 1
+            return False
+        why = self.length_filter.reason(a, b) if self.length_filter is not None else None
+        if why is not None:
+            self.removed[why] += 1
             return False
         fa, fb = fingerprint(a), fingerprint(b)
         if fa in self.heldout.get(self.langs[0], ()) or fb in self.heldout.get(self.langs[1], ()):
@@ -82,6 +145,16 @@ class PairCleaner:
         return True
 
 
+def add_heldout(heldout, pair, rows):
+    """Record the sentences of held-out ``rows`` [(a, b)] of ``pair`` a-b in ``heldout``
+    ({lang: set of fingerprints}), so :class:`PairCleaner` keeps them out of training."""
+    a, b = pair.split("-")
+    for x, y in rows:
+        heldout.setdefault(a, set()).add(fingerprint(x))
+        heldout.setdefault(b, set()).add(fingerprint(y))
+    return heldout
+
+
 # ----------------------------------------------------------------------------- files
 
 
@@ -89,6 +162,19 @@ def write_lines(path, lines):
     with open(path, "w", encoding="utf-8") as f:
         for line in lines:
             f.write(line + "\n")
+
+
+def write_pair_files(tmp, split, pair, rows):
+    """raw/{split}.{a}-{b}.{a} and .{b} from rows [(a, b)]; returns the number of rows."""
+    a, b = pair.split("-")
+    n = 0
+    with open(os.path.join(tmp, "raw", f"{split}.{pair}.{a}"), "w", encoding="utf-8") as fa, \
+            open(os.path.join(tmp, "raw", f"{split}.{pair}.{b}"), "w", encoding="utf-8") as fb:
+        for x, y in rows:
+            fa.write(x + "\n")
+            fb.write(y + "\n")
+            n += 1
+    return n
 
 
 def read_lines(path):
@@ -111,23 +197,62 @@ def sha256(path):
     return h.hexdigest()
 
 
-def existing_build(out_dir, cfg, force):
-    """The manifest of a finished build of ``out_dir`` with config ``cfg`` (re-run: nothing to do),
-    or None if ``out_dir`` can be (re)built; raises if it holds something else."""
-    manifest_path = os.path.join(out_dir, "manifest.json")
-    if not os.path.exists(out_dir) or force:
+def read_manifest(out_dir):
+    """The manifest of a corpus this package wrote in ``out_dir`` (a JSON object with its
+    ``config`` and ``data_bin``), or None."""
+    try:
+        with open(os.path.join(out_dir, "manifest.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
         return None
-    if os.path.exists(manifest_path):
-        with open(manifest_path, encoding="utf-8") as f:
-            old = json.load(f)
-        if old.get("config") == cfg:
-            print(f"already prepared: {out_dir} (same config; pass --force to rebuild)")
-            return old
-        raise ValueError(f"{out_dir} holds a corpus prepared with another config; "
-                         "pass --force to replace it or choose another --out")
-    if os.listdir(out_dir):
-        raise ValueError(f"{out_dir} exists and is not a prepared corpus; "
-                         "pass --force to replace it or choose another --out")
+    if isinstance(manifest, dict) and "config" in manifest and "data_bin" in manifest:
+        return manifest
+    return None
+
+
+def _check_parent_writable(out_dir):
+    """Refuse now an --out whose directory cannot hold the build (it is built beside it)."""
+    from ..atomic_files import check_creatable
+
+    check_creatable(out_dir, "--out")
+
+
+def existing_build(out_dir, cfg, force, inputs=None):
+    """The manifest of a finished build of ``out_dir`` with config ``cfg`` (and, where given, the
+    same ``inputs`` {name: sha256}): a re-run, nothing to do. None if ``out_dir`` can be
+    (re)built: it is absent or empty, or ``force`` and it is a corpus this package wrote holding
+    nothing else. Raises (one line) otherwise: a directory the package did not write is never
+    replaced, whatever ``force`` says."""
+    _check_parent_writable(out_dir)
+    if not os.path.exists(out_dir):
+        return None
+    if not os.path.isdir(out_dir):
+        raise ValueError(f"--out {out_dir} is a file, not a directory; choose another --out")
+    entries = sorted(os.listdir(out_dir))
+    if not entries:
+        return None
+    old = read_manifest(out_dir)
+    if old is None:
+        raise ValueError(f"{out_dir} holds files this package did not write ({entries[0]}, ...) and is "
+                         "not a prepared corpus; langshare never empties a directory it did not create: "
+                         "choose another --out (a new or empty directory)")
+    if not force:
+        if old.get("config") != cfg:
+            raise ValueError(f"{out_dir} holds a corpus prepared with another config; "
+                             "pass --force to replace it or choose another --out")
+        if inputs is not None and old.get("inputs") != inputs:
+            before = old.get("inputs") or {}
+            changed = sorted(k for k in set(before) | set(inputs) if before.get(k) != inputs.get(k))
+            raise ValueError(f"{changed[0] if changed else 'an input'} changed since {out_dir} was "
+                             "prepared (sha256 differs); pass --force to rebuild it")
+        same = "same config and inputs" if inputs is not None else "same config"
+        print(f"already prepared: {out_dir} ({same}; pass --force to rebuild)")
+        return old
+    foreign = [e for e in entries if e not in CORPUS_ENTRIES]
+    if foreign:
+        raise ValueError(f"{out_dir} is a prepared corpus but also holds {foreign[0]}, which this package "
+                         f"did not write; move it out of {out_dir} before --force replaces the corpus, or "
+                         "choose another --out")
     return None
 
 
@@ -162,7 +287,8 @@ def spm_sample(lang_files, temperature=None, total=None, per_language=None, salt
     total (n_l: its training lines), drawn by a hash of each sentence (deterministic; a sentence
     shared by several files is drawn once) and repeated when p_l * total exceeds n_l (low-resource
     languages are oversampled, as in the training data with T = 5). ``per_language`` k: at most
-    k sentences of each language (LSL paper Sec. 4). Returns (sentences, {lang: count})."""
+    k sentences of each language (LSL paper Sec. 4). Returns (sentences, {lang: count}). Memory:
+    the sample and the fingerprints of its distinct sentences, whatever the size of the files."""
     sizes = {lang: sum(count_lines(p) for p in paths) for lang, paths in lang_files.items()}
     grand = sum(sizes.values())
     if grand == 0:
@@ -186,11 +312,13 @@ def spm_sample(lang_files, temperature=None, total=None, per_language=None, salt
         seen, before = set(), len(text)
         for path in paths:
             for line in read_lines(path):
+                reps = copies + (unit_hash(line, salt + lang) < frac)
+                if not reps:
+                    continue  # not drawn here, nor where the same sentence occurs again
                 h = fingerprint(line)
                 if h in seen:
                     continue
                 seen.add(h)
-                reps = copies + (unit_hash(line, salt + lang) < frac)
                 text.extend([line] * reps)
         got[lang] = len(text) - before
     return text, got
@@ -210,41 +338,148 @@ def train_spm_model(tmp, sentences, vocab_size, character_coverage=0.9995, model
         model_type=model_type, character_coverage=character_coverage, hard_vocab_limit=False,
         input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
         num_threads=1)  # the model depends on the thread count; one thread keeps it fixed
+    return _write_spm_model(tmp, model.getvalue())
+
+
+def check_spm_model(path):
+    """The bytes of the SentencePiece model file ``path``; one line if it is not one."""
+    import sentencepiece as spm
+
+    if not os.path.isfile(path):
+        raise ValueError(f"--spm-model {path} is not a file; pass a SentencePiece .model file")
+    with open(path, "rb") as f:
+        proto = f.read()
+    try:
+        spm.SentencePieceProcessor(model_proto=proto)
+    except (RuntimeError, OSError):
+        raise ValueError(f"--spm-model {path} is not a SentencePiece model; pass the .model file spm_train "
+                         "or a prepared corpus (spm.model) wrote") from None
+    return proto
+
+
+def use_spm_model(tmp, path):
+    """Reuse the SentencePiece model file ``path``: copied to spm.model with its spm.vocab."""
+    return _write_spm_model(tmp, check_spm_model(path))
+
+
+def _write_spm_model(tmp, proto):
+    import sentencepiece as spm
+
     with open(os.path.join(tmp, "spm.model"), "wb") as f:
-        f.write(model.getvalue())
-    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+        f.write(proto)
+    sp = spm.SentencePieceProcessor(model_proto=proto)
     write_lines(os.path.join(tmp, "spm.vocab"),
                 (f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}" for i in range(sp.get_piece_size())))
     return sp
 
 
-def encode_and_dict(tmp, sp, stored_pairs, workers=1):
-    """Encode every raw/{split}.{pair}.{lang} into spm/ and write the joint bin/dict.txt (every
-    piece of the model except control/unknown/unused ones, with its training-split count)."""
+def map_directions(fn, jobs, workers=1, desc=None, weights=None, unit="direction"):
+    """``[fn(job) for job in jobs]`` in order, run by up to ``workers`` processes when there are
+    several jobs. A job is a dict; it gets ``threads`` (1 in a worker process, ``workers`` when the
+    jobs run one by one here) and ``progress`` (True when it runs here: it may show its own bar).
+    The progress bar counts ``weights`` in ``unit`` (default: one direction per job)."""
+    parallel = workers > 1 and len(jobs) > 1
+    jobs = [dict(job, threads=1 if parallel else max(1, workers), progress=not parallel) for job in jobs]
+    weights = list(weights) if weights is not None else [1] * len(jobs)
+    results = []
+    with tqdm(total=sum(weights), desc=desc, unit=unit, unit_scale=unit != "direction") as bar:
+        if parallel:
+            with Pool(min(workers, len(jobs))) as pool:
+                for w, result in zip(weights, pool.imap(fn, jobs)):
+                    results.append(result)
+                    bar.update(w)
+        else:
+            for w, job in zip(weights, jobs):
+                results.append(fn(job))
+                bar.update(w)
+    return results
+
+
+def line_bar(job, desc, total=None):
+    """A per-line progress bar for a job run by :func:`map_directions` (off in worker processes)."""
+    return tqdm(total=total, desc=desc, unit="line", unit_scale=True, leave=False,
+                disable=not job.get("progress"), mininterval=1.0)
+
+
+def _encode_direction(job):
+    """Encode raw/{split}.{pair}.{lang} of one stored pair into spm/; returns the training
+    split's piece counts."""
+    import sentencepiece as spm
+
+    tmp, pair, threads = job["tmp"], job["pair"], job["threads"]
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(tmp, "spm.model"))
     freq = collections.Counter()
-    for pair in tqdm(stored_pairs, desc="encoding", unit="direction"):
-        for split in SPLITS:
-            for lang in pair.split("-"):
-                name = f"{split}.{pair}.{lang}"
-                src = os.path.join(tmp, "raw", name)
-                if not os.path.exists(src):
-                    continue
-                with open(src, encoding="utf-8") as fin, \
-                        open(os.path.join(tmp, "spm", name), "w", encoding="utf-8") as fout:
-                    while True:
-                        lines = [line.rstrip("\n") for _, line in zip(range(ENCODE_CHUNK), fin)]
-                        if not lines:
-                            break
-                        pieces = sp.encode(lines, out_type=str, num_threads=max(1, workers))
-                        if split == "train":
-                            for p in pieces:
-                                freq.update(p)
+    with line_bar(job, f"encoding {pair}", job.get("lines") and 2 * job["lines"]) as bar:
+        _encode_files(tmp, pair, sp, threads, freq, bar)
+    return freq
+
+
+def _encode_files(tmp, pair, sp, threads, freq, bar):
+    for split in SPLITS:
+        for lang in pair.split("-"):
+            name = f"{split}.{pair}.{lang}"
+            src = os.path.join(tmp, "raw", name)
+            if not os.path.exists(src):
+                continue
+            with open(src, encoding="utf-8") as fin, \
+                    open(os.path.join(tmp, "spm", name), "w", encoding="utf-8") as fout:
+                while True:
+                    lines = [line.rstrip("\n") for _, line in zip(range(ENCODE_CHUNK), fin)]
+                    if not lines:
+                        break
+                    pieces = sp.encode(lines, out_type=str, num_threads=threads)
+                    if split == "train":
                         for p in pieces:
-                            fout.write(" ".join(p) + "\n")
+                            freq.update(p)
+                    for p in pieces:
+                        fout.write(" ".join(p) + "\n")
+                    bar.update(len(lines))
+
+
+def _binarize_direction(job):
+    """fairseq-preprocess (mmap) of one stored pair's splits with the joint dictionary."""
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    tmp = job["tmp"]
+    argv = preprocess_argv(os.path.join(tmp, "bin"), os.path.join(tmp, "spm"), job["pair"], job["splits"],
+                           job["threads"])
+    args = options.get_preprocessing_parser().parse_args(argv)
+    before = list(preprocess.logger.handlers)
+    level = logging.getLogger().level
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        preprocess.main(args)
+    finally:
+        logging.getLogger().setLevel(level)
+        for h in preprocess.logger.handlers[len(before):]:
+            preprocess.logger.removeHandler(h)
+            h.close()
+
+
+def encode_and_binarize(tmp, stored_pairs, splits_present, workers=1, lines=None):
+    """Encode every raw/{split}.{pair}.{lang} with ``tmp``/spm.model into spm/, write the joint
+    bin/dict.txt (every piece of the model except control/unknown/unused ones, with its
+    training-split count) and binarize every stored pair with ``fairseq-preprocess`` (mmap) and
+    that dictionary. ``splits_present``: {pair: {split: bool}}; ``lines``: {pair: lines}, for
+    the progress bars. Directions run in ``workers`` processes; the output does not depend on it."""
+    import sentencepiece as spm
+
+    weights = [lines[p] for p in stored_pairs] if lines else None
+    unit = "pair" if lines else "direction"
+    counts = map_directions(_encode_direction, [dict(tmp=tmp, pair=p, lines=lines and lines[p]) for p in stored_pairs],
+                            workers, "encoding", weights, unit)
+    freq = sum(counts, collections.Counter())
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(tmp, "spm.model"))
     dict_lines = [f"{sp.id_to_piece(i)} {freq[sp.id_to_piece(i)]}"
                   for i in range(sp.get_piece_size())
                   if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))]
     write_lines(os.path.join(tmp, "bin", "dict.txt"), dict_lines)
+    jobs = [dict(tmp=tmp, pair=p, splits=[s for s in SPLITS if splits_present[p].get(s)]) for p in stored_pairs]
+    map_directions(_binarize_direction, jobs, workers, "binarizing", weights, unit)
+    log = os.path.join(tmp, "bin", "preprocess.log")
+    if os.path.exists(log):
+        os.remove(log)
 
 
 def preprocess_argv(bin_dir, spm_dir, pair, splits, workers=1):
@@ -258,32 +493,6 @@ def preprocess_argv(bin_dir, spm_dir, pair, splits, workers=1):
         if split in splits:
             argv += [f"--{split}pref", os.path.join(spm_dir, f"{split}.{pair}")]
     return argv
-
-
-def binarize(tmp, stored_pairs, splits_present, workers=1):
-    """fairseq-preprocess (mmap) every stored pair with the joint dictionary bin/dict.txt;
-    ``splits_present``: {pair: {split: bool}}."""
-    from fairseq import options
-    from fairseq_cli import preprocess
-
-    bin_dir = os.path.join(tmp, "bin")
-    for pair in tqdm(stored_pairs, desc="binarizing", unit="direction"):
-        splits = [s for s in SPLITS if splits_present[pair].get(s)]
-        argv = preprocess_argv(bin_dir, os.path.join(tmp, "spm"), pair, splits, workers)
-        args = options.get_preprocessing_parser().parse_args(argv)
-        before = list(preprocess.logger.handlers)
-        level = logging.getLogger().level
-        logging.getLogger().setLevel(logging.WARNING)
-        try:
-            preprocess.main(args)
-        finally:
-            logging.getLogger().setLevel(level)
-            for h in preprocess.logger.handlers[len(before):]:
-                preprocess.logger.removeHandler(h)
-                h.close()
-    log = os.path.join(bin_dir, "preprocess.log")
-    if os.path.exists(log):
-        os.remove(log)
 
 
 def finish(tmp, manifest, all_langs, lang_pairs):

@@ -16,6 +16,7 @@ from multiprocessing import Pool
 
 from tqdm import tqdm
 
+from ..option_ranges import Range, flag
 from . import corpus_build, zero_shot
 from .corpus_build import sha256 as _sha256, write_lines as _write_lines
 
@@ -29,6 +30,12 @@ SPM_LINES_PER_LANG = 20000  # cap per language (incl. English) of the SentencePi
 SPLITS = ("train", "valid", "test")
 DIRECTIONS = ("o2m", "m2o", "both")
 SELECTIONS = ("largest", "spread")
+RANGES = dict(  # each flag's valid values, for the command line and for library callers alike
+    num_langs=Range(1, why="languages"), max_train_per_lang=Range(1, why="training pairs"),
+    vocab_size=Range(16, why="SentencePiece pieces"), valid_size=Range(0, why="valid pairs per direction"),
+    test_size=Range(0, why="test pairs per direction"), min_pairs=Range(1, why="pairs"),
+    zero_shot_size=Range(1, why="sentences per direction and split"),
+    zero_shot_min_size=Range(1, why="test sentences"), workers=Range(1, why="processes"))
 _CONTROL = {i: " " for i in list(range(32)) + [127]}
 
 
@@ -222,12 +229,11 @@ def _config(langs, num_langs, selection, direction, vocab_size, valid_size, test
         raise ValueError(f"unknown selection '{selection}': choose one of {', '.join(SELECTIONS)}")
     if direction not in DIRECTIONS:
         raise ValueError(f"unknown direction '{direction}': choose one of {', '.join(DIRECTIONS)}")
-    for name, v, low in [("num_langs", num_langs, 1), ("max_train_per_lang", max_train_per_lang, 1),
-                         ("vocab_size", vocab_size, 16), ("valid_size", valid_size, 0),
-                         ("test_size", test_size, 0), ("min_pairs", min_pairs, 1),
-                         ("zero_shot_size", zero_shot_size, 1), ("zero_shot_min_size", zero_shot_min_size, 1)]:
-        if v is not None and v < low:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {v}")
+    for name, value in [("num_langs", num_langs), ("max_train_per_lang", max_train_per_lang),
+                        ("vocab_size", vocab_size), ("valid_size", valid_size), ("test_size", test_size),
+                        ("min_pairs", min_pairs), ("zero_shot_size", zero_shot_size),
+                        ("zero_shot_min_size", zero_shot_min_size)]:
+        RANGES[name].check(flag(name), value)
     cfg = dict(langs=langs, num_langs=num_langs,
                selection=selection, direction=direction, vocab_size=vocab_size,
                valid_size=valid_size, test_size=test_size,
@@ -286,6 +292,7 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
     non-English directions, at most ``zero_shot_size`` sentences each (``data.zero_shot``).
     Built in ``out_dir.tmp-<pid>`` and renamed at the end; an existing build with the same config
     is returned as is."""
+    RANGES["workers"].check("--workers", workers)
     cfg = _config(langs, num_langs, selection, direction, vocab_size, valid_size, test_size,
                   max_train_per_lang, min_pairs, locale_dir, zero_shot_spec, zero_shot_size, zero_shot_min_size)
     out_dir = os.path.abspath(out_dir)
@@ -327,8 +334,7 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
             for split, n in zs_counts.items():
                 counts[split].update(n)
         sp = train_spm(tmp, splits, vocab_size)
-        corpus_build.encode_and_dict(tmp, sp, stored, workers)
-        corpus_build.binarize(tmp, stored, present, workers)
+        corpus_build.encode_and_binarize(tmp, stored, present, workers)
         all_langs = [PIVOT] + languages
         manifest = {
             "version": 1, "pivot": PIVOT, "languages": languages, "langs": all_langs,
@@ -358,27 +364,27 @@ def add_subcommand(subparsers):
     p.add_argument("--out", help="output directory (required unless --list)")
     p.add_argument("--langs", help="comma-separated language codes, e.g. fr,de,sr_latin "
                    "(locale dir name with @ -> _)")
-    p.add_argument("--num-langs", type=int, help="number of languages to pick by --selection; "
+    p.add_argument("--num-langs", type=RANGES["num_langs"].of(int), help="number of languages to pick by --selection; "
                    "with neither --langs nor --num-langs: all eligible languages")
     p.add_argument("--selection", choices=SELECTIONS, default="largest",
                    help="with --num-langs: the N largest, or N spread evenly over the size ranks "
                    "from high to low resource (default: %(default)s)")
     p.add_argument("--direction", choices=DIRECTIONS, default="o2m",
                    help="o2m: en->xx, m2o: xx->en, both: both (default: %(default)s)")
-    p.add_argument("--vocab-size", type=int, default=8000,
+    p.add_argument("--vocab-size", type=RANGES["vocab_size"].of(int), default=8000,
                    help="joint SentencePiece vocabulary size (default: %(default)s)")
-    p.add_argument("--valid-size", type=int, default=200,
+    p.add_argument("--valid-size", type=RANGES["valid_size"].of(int), default=200,
                    help="max valid pairs per direction (default: %(default)s)")
-    p.add_argument("--test-size", type=int, default=TEST_SIZE,
+    p.add_argument("--test-size", type=RANGES["test_size"].of(int), default=TEST_SIZE,
                    help="max test pairs per direction; fewer where the test hash buckets hold fewer; the "
                    "training data and the SentencePiece model do not depend on it (default: %(default)s)")
-    p.add_argument("--max-train-per-lang", type=int,
+    p.add_argument("--max-train-per-lang", type=RANGES["max_train_per_lang"].of(int),
                    help="cap on training pairs per language (default: no cap)")
-    p.add_argument("--min-pairs", type=int, default=500, help="languages with fewer cleaned "
+    p.add_argument("--min-pairs", type=RANGES["min_pairs"].of(int), default=500, help="languages with fewer cleaned "
                    "pairs are not eligible (default: %(default)s)")
     p.add_argument("--locale-dir", default="/usr/share/locale",
                    help="gettext catalogue root (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=1, help="processes/threads for reading, "
+    p.add_argument("--workers", type=RANGES["workers"].of(int), default=1, help="processes/threads for reading, "
                    "encoding and binarization; the output does not depend on it "
                    "(default: %(default)s)")
     p.add_argument("--zero-shot", dest="zero_shot", metavar="SPEC",
@@ -386,9 +392,9 @@ def add_subcommand(subparsers):
                    "sentences occurs in training: 'all' (every ordered pair of the selected languages), languages "
                    "(fr,nb,th: every ordered pair among them) or directions (fr-nb,th-sr); evaluate them with "
                    "`langshare evaluate --directions` (docs/data.md, 'Zero-shot directions')")
-    p.add_argument("--zero-shot-size", type=int, default=zero_shot.SIZE,
+    p.add_argument("--zero-shot-size", type=RANGES["zero_shot_size"].of(int), default=zero_shot.SIZE,
                    help="max sentences per zero-shot direction in valid and in test (default: %(default)s)")
-    p.add_argument("--zero-shot-min-size", type=int, default=zero_shot.MIN_SIZE,
+    p.add_argument("--zero-shot-min-size", type=RANGES["zero_shot_min_size"].of(int), default=zero_shot.MIN_SIZE,
                    help="leave out a zero-shot direction with fewer test sentences (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--list", action="store_true",

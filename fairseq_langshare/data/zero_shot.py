@@ -16,10 +16,9 @@ corpora use) and the valid/test sizes in ``counts``.
 """
 
 import itertools
-import os
 from typing import Dict, List, Sequence, Tuple
 
-from .corpus_build import write_lines
+from .corpus_build import write_pair_files
 
 PIVOT = "en"
 SIZE = 200      # default cap on sentences per zero-shot direction and split
@@ -119,13 +118,11 @@ def add_test_directions(tmp: str, splits, spec: str, languages: Sequence[str], s
     check_disjoint(sets, splits)
     present, counts = {}, {s: {} for s in HELD_OUT}
     for pair, by_split in sets.items():
-        a, b = pair.split("-")
         present[pair] = {"train": False}
         for split, rows in by_split.items():
             present[pair][split] = bool(rows)
             if rows:
-                write_lines(os.path.join(tmp, "raw", f"{split}.{pair}.{a}"), [xa for xa, _ in rows])
-                write_lines(os.path.join(tmp, "raw", f"{split}.{pair}.{b}"), [xb for _, xb in rows])
+                write_pair_files(tmp, split, pair, rows)
     kept = [d for d in wanted if d not in left_out]
     for d in kept:
         pair = "-".join(sorted(d.split("-")))

@@ -21,7 +21,12 @@ class LangshareTransformerConfig(TransformerConfig):
 @register_model("langshare_transformer")
 class LangshareTransformerModel(LanguageAwareTransformerModel):
     config_class = LangshareTransformerConfig
-    leaves_parameters_unused = False  # every step trains every parameter
+
+    @property
+    def leaves_parameters_unused(self) -> bool:
+        """Every step trains every parameter, except under LayerDrop, whose dropped layers a step leaves
+        unused (on every rank alike: fairseq seeds the ranks' draws alike): ``data_parallel``."""
+        return self.cfg.encoder.layerdrop > 0 or self.cfg.decoder.layerdrop > 0
 
 
 @register_model_architecture("langshare_transformer", "langshare_transformer")

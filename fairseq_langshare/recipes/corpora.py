@@ -185,12 +185,6 @@ def _oriented(source, pair, root):
         yield cb.normalize(x), cb.normalize(y)
 
 
-def _write_pairs(tmp, split, pair, rows):
-    a, b = pair.split("-")
-    cb.write_lines(os.path.join(tmp, "raw", f"{split}.{pair}.{a}"), (x for x, _ in rows))
-    cb.write_lines(os.path.join(tmp, "raw", f"{split}.{pair}.{b}"), (y for _, y in rows))
-
-
 def _lq_rate(n_hq, n_lq, temperature, max_factor):
     """Share of low-quality pairs kept so that sources are balanced with temperature T
     (n_lq' / n_hq = (n_lq / n_hq)^(1/T)), never below 1/max_factor (LSL App. B)."""
@@ -207,15 +201,12 @@ def write_split_data(tmp, cfg, layout, root):
     removals, lq stats)."""
     heldout, held = {}, {}
     for pair, splits in layout.stored.items():
-        a, b = pair.split("-")
         for split in ("valid", "test"):
             rows = []
             for s in splits.get(split, ()):
                 rows += [(x, y) for x, y in _oriented(s, pair, root) if x and y]
             held[(pair, split)] = rows
-            for x, y in rows:
-                heldout.setdefault(a, set()).add(cb.fingerprint(x))
-                heldout.setdefault(b, set()).add(cb.fingerprint(y))
+            cb.add_heldout(heldout, pair, rows)
     counts, per_source, removed, lq_stats = {}, {}, {}, {}
     cap = cfg["max_train_per_pair"]
     for pair, splits in tqdm(layout.stored.items(), desc="reading sources", unit="pair"):
@@ -223,7 +214,7 @@ def write_split_data(tmp, cfg, layout, root):
         counts[pair] = {}
         for split in ("valid", "test"):
             if split in splits:
-                _write_pairs(tmp, split, pair, held[(pair, split)])
+                cb.write_pair_files(tmp, split, pair, held[(pair, split)])
                 counts[pair][split] = len(held[(pair, split)])
         if "train" not in splits:
             continue
@@ -329,8 +320,7 @@ def prepare_corpus(name, out_dir, mirror=None, download=False, cache=None, langs
                                   total=sp_cfg.get("total"), per_language=sp_cfg.get("per_language"))
         sp = cb.train_spm_model(tmp, text, cfg["vocab_size"])
         del text
-        cb.encode_and_dict(tmp, sp, list(layout.stored), workers)
-        cb.binarize(tmp, list(layout.stored), present, workers)
+        cb.encode_and_binarize(tmp, list(layout.stored), present, workers)
         manifest = _manifest(spec, cfg, layout, counts, per_source, removed, lq_stats, got,
                              missing_optional, sp, root)
         cb.finish(tmp, manifest, manifest["langs"], layout.lang_pairs)

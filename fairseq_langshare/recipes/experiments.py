@@ -18,6 +18,7 @@ import sys
 import yaml
 
 from ..atomic_files import write_text_atomic
+from ..command_line import required_subcommands
 from .experiment_plan import (PAPERS, REAL_GPUS, Corpus, build_config, default_data_dir, default_out_dir,
                               hydra_config, plan_run)
 from .hparams import DIRECTIONS, select_pairs
@@ -135,8 +136,7 @@ def _select_pairs(args):
 def add_subcommand(subparsers):
     p = subparsers.add_parser("recipe", help="train and evaluate a paper's experiment",
                               description="The papers' training and evaluation recipes (see docs/recipes.md).")
-    sub = p.add_subparsers(dest="recipe_command", metavar="ACTION")
-    sub.required = True
+    sub = required_subcommands(p, "recipe_command", "ACTION")
 
     ls = sub.add_parser("list", help="papers, experiments and methods with the table each reproduces")
     ls.add_argument("paper", nargs="?", default=None, help=f"one of {', '.join(PAPERS)}")

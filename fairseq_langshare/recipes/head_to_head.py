@@ -18,6 +18,7 @@ import tempfile
 from typing import Dict, List
 
 from .. import significance
+from ..command_line import add_command
 from . import head_to_head_record, head_to_head_report
 from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
 from .head_to_head_runs import (DEFAULT_CORPORA, DEFAULT_UPDATES, EVALUATE_FLAGS, EVALUATE_SECONDS, FLOPS_TOLERANCE,
@@ -264,14 +265,13 @@ def _run(args):
 
 
 def add_subcommand(subparsers):
-    p = subparsers.add_parser(
-        "head-to-head", help="train, evaluate and compare every sharing method at equal updates, with the baseline's "
-                             "layers and widths",
+    p = add_command(
+        subparsers, "head-to-head", help="train, evaluate and compare every sharing method at equal updates, with "
+                                         "the baseline's layers and widths",
         description="Train langshare_transformer_small and every language-sharing method at equal updates with the "
                     "baseline's layers and widths per sentence on the gettext corpus, for several seeds; evaluate, "
                     "record every run, compare with significance and one verdict rule, and report from the record "
-                    "(docs/head_to_head.md).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                    "(docs/head_to_head.md).")
     p.add_argument("--models", default=None, help="comma-separated models (default: all of "
                    + ", ".join(m.name for m in MODELS) + "); flags in fairseq_langshare/recipes/head_to_head_models.py")
     p.add_argument("--directions", default="o2m,m2o",

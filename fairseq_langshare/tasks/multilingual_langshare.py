@@ -211,11 +211,15 @@ def check_resumed_updates(update_num: int, args) -> None:
     if max_update <= 0 or update_num <= max_update:
         return
     restore = getattr(args, "restore_file", None) or "checkpoint_last.pt"
-    path = os.path.join(getattr(args, "save_dir", None) or "checkpoints", restore) \
-        if restore == "checkpoint_last.pt" else restore
+    if restore != "checkpoint_last.pt":  # another run's checkpoint: a new --save-dir would load it again
+        raise ResumedPastMaxUpdate(
+            f"--restore-file {restore} was trained for {update_num} updates, more than --max-update {max_update}: "
+            f"pass --max-update {update_num} or more to train on from its count, or --reset-optimizer to count "
+            "updates from 0 (or --finetune-from-model instead of --restore-file: fine-tuning)")
+    path = os.path.join(getattr(args, "save_dir", None) or "checkpoints", restore)
     raise ResumedPastMaxUpdate(f"{path} was trained for {update_num} updates, more than --max-update {max_update}: "
-                               f"pass --max-update {update_num} or more to train on, or another --save-dir (or "
-                               "--restore-file) to start a run from scratch")
+                               f"pass --max-update {update_num} or more to train on, or another --save-dir to start "
+                               f"a new run (--finetune-from-model {path} to start it from these weights)")
 
 
 class LangshareDatasetManager(MultilingualDatasetManager):

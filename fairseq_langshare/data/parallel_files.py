@@ -1,0 +1,216 @@
+"""The user's parallel text files: which direction and split each holds, read with every check.
+
+Forms (``.gz``/``.xz`` compressed or plain, UTF-8):
+
+- ``SRC-TGT.tsv``: one ``source<TAB>target`` pair per line, training data of direction SRC-TGT
+  (its valid and test sets are held out by ``prepare-data``);
+- ``SPLIT.SRC-TGT.tsv`` with SPLIT ``train``, ``valid`` or ``test``: that split as given;
+- ``SPLIT.SRC-TGT.SRC`` with ``SPLIT.SRC-TGT.TGT``: fairseq's plain-text layout, one sentence a
+  line, the two files line-aligned;
+- a directory: every file in it named in one of these forms (others, e.g. ``dict.txt`` or
+  binarized ``*.bin``/``*.idx``, are left alone, except a ``.tsv`` file named otherwise, which
+  is refused; sub-directories are not read).
+
+Bad input is one line naming the file and the fix (:class:`InputError`).
+"""
+
+import gzip
+import lzma
+import os
+import re
+from dataclasses import dataclass
+from typing import Iterator, Tuple
+
+SPLITS = ("train", "valid", "test")
+COMPRESSION = {".gz": gzip.open, ".xz": lzma.open}
+_LANG = r"[A-Za-z][A-Za-z0-9_]*"
+_DIRECTION = re.compile(rf"^({_LANG})-({_LANG})$")
+_SIDE = re.compile(rf"^([^.]+)\.({_LANG})-({_LANG})\.({_LANG})$")  # SPLIT.SRC-TGT.LANG
+FORMS = "SRC-TGT.tsv, SPLIT.SRC-TGT.tsv or SPLIT.SRC-TGT.SRC with SPLIT.SRC-TGT.TGT (SPLIT: train, valid, test)"
+
+
+class InputError(ValueError):
+    """A bad input file; the message is one line naming the file and the fix."""
+
+
+@dataclass(frozen=True)
+class ParallelInput:
+    """One split of one direction: a TSV file or two line-aligned side files."""
+
+    split: str
+    src: str
+    tgt: str
+    paths: Tuple[str, ...]
+    held_out_here: bool = False  # a bare SRC-TGT.tsv: valid/test are carved out of it
+
+    @property
+    def direction(self) -> str:
+        return f"{self.src}-{self.tgt}"
+
+    @property
+    def form(self) -> str:
+        return "tsv" if len(self.paths) == 1 else "fairseq plain text"
+
+    def describe(self) -> str:
+        return " and ".join(self.paths)
+
+
+def _strip_compression(name):
+    for ext in COMPRESSION:
+        if name.endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
+def _opener(path):
+    for ext, opener in COMPRESSION.items():
+        if path.endswith(ext):
+            return opener
+    return open
+
+
+def _check_direction(path, src, tgt):
+    if src == tgt:
+        raise InputError(f"{path}: source and target language are both '{src}'; a direction needs two different "
+                         "languages (name the file SRC-TGT with SRC != TGT)")
+
+
+def _check_split(path, split):
+    if split not in SPLITS:
+        raise InputError(f"{path}: unknown split '{split}'; name the file with train, valid or test "
+                         f"({FORMS})")
+
+
+def _parse(path, strict):
+    """('tsv', split, src, tgt, held_out_here) or ('side', split, src, tgt, lang) for a file name;
+    None for a name in no known form (an error if ``strict``, i.e. the user named the file, or if
+    it is a .tsv file)."""
+    name = _strip_compression(os.path.basename(path))
+    if name.endswith(".tsv"):
+        parts = name[: -len(".tsv")].split(".")
+        m = _DIRECTION.match(parts[-1])
+        if m and len(parts) <= 2:
+            split = parts[0] if len(parts) == 2 else "train"
+            _check_split(path, split)
+            _check_direction(path, *m.groups())
+            return ("tsv", split, m.group(1), m.group(2), len(parts) == 1)
+        strict = True  # a .tsv file is meant as data, in a directory too
+    else:
+        m = _SIDE.match(name)
+        if m and m.group(4) in (m.group(2), m.group(3)):
+            _check_split(path, m.group(1))
+            _check_direction(path, m.group(2), m.group(3))
+            return ("side",) + m.groups()
+    if strict:
+        raise InputError(f"{path}: cannot tell the direction and split from the file name; name it {FORMS}")
+    return None
+
+
+def _check_not_empty(path):
+    try:
+        with _opener(path)(path, "rb") as f:
+            first = f.read(1)
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        raise InputError(f"{path} cannot be read ({e}); pass an uncompressed file or a valid .gz/.xz") from None
+    if not first:
+        raise InputError(f"{path} is empty; remove it from the inputs or put its sentences in it")
+
+
+def discover(inputs):
+    """{(split, src, tgt): ParallelInput} of the given files and directories, checked: every file
+    named in a known form, not empty, a side file with its partner, no direction's split given twice."""
+    if not inputs:
+        raise InputError(f"no input given; pass parallel text files or directories ({FORMS})")
+    tsv, sides = [], {}
+    for given in inputs:
+        if not os.path.exists(given):
+            raise InputError(f"input {given} does not exist; pass existing files or directories")
+        if os.path.isdir(given):
+            found = [os.path.join(given, n) for n in sorted(os.listdir(given))
+                     if os.path.isfile(os.path.join(given, n))]
+            parsed = [(p, _parse(p, strict=False)) for p in found]
+            parsed = [(p, k) for p, k in parsed if k is not None]
+            if not parsed:
+                raise InputError(f"directory {given} holds no parallel text; put files named {FORMS} in it")
+        else:
+            parsed = [(given, _parse(given, strict=True))]
+        for path, kind in parsed:
+            path = os.path.abspath(path)
+            if kind[0] == "tsv":
+                tsv.append((path, kind))
+            else:
+                _, split, src, tgt, lang = kind
+                per_lang = sides.setdefault((split, src, tgt), {})
+                if lang in per_lang and per_lang[lang] != path:
+                    raise InputError(f"{split} data of {src}-{tgt} in {lang} is given twice: {per_lang[lang]} "
+                                     f"and {path}; give each file once")
+                per_lang[lang] = path
+    found = {}
+
+    def add(inp):
+        key = (inp.split, inp.src, inp.tgt)
+        if key in found:
+            raise InputError(f"the {inp.split} data of {inp.direction} is given twice: {found[key].describe()} "
+                             f"and {inp.describe()}; give each split of a direction once")
+        found[key] = inp
+
+    for path, (_, split, src, tgt, held_out_here) in tsv:
+        if any(i.paths == (path,) for i in found.values()):
+            continue  # the same file named twice (a directory and its file)
+        add(ParallelInput(split, src, tgt, (path,), held_out_here))
+    for (split, src, tgt), per_lang in sides.items():
+        for lang, other in ((src, tgt), (tgt, src)):
+            if lang in per_lang and other not in per_lang:
+                partner = _strip_compression(os.path.basename(per_lang[lang]))[: -len(lang)] + other
+                raise InputError(f"{per_lang[lang]} has no partner {partner} beside it; fairseq's plain-text "
+                                 f"layout needs both sides of {src}-{tgt}")
+        add(ParallelInput(split, src, tgt, (per_lang[src], per_lang[tgt])))
+    for inp in found.values():
+        for path in inp.paths:
+            _check_not_empty(path)
+    return dict(sorted(found.items(), key=lambda kv: (kv[1].direction, SPLITS.index(kv[1].split))))
+
+
+def _lines(path) -> Iterator[Tuple[int, str]]:
+    """(line number, text without its newline) of a UTF-8 file; one line naming the file, line and
+    byte where it is not UTF-8 or not a valid compressed file."""
+    try:
+        with _opener(path)(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise InputError(f"{path} line {n}: byte {e.start + 1} of the line (0x{raw[e.start]:02x}) is not "
+                                     "UTF-8; convert the file to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)") from None
+                yield n, text.rstrip("\n").rstrip("\r")
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        raise InputError(f"{path} cannot be read to its end ({e}); pass a complete file") from None
+
+
+def read_pairs(inp: ParallelInput) -> Iterator[Tuple[str, str]]:
+    """(source, target) text of every line of ``inp``, as written (not normalised)."""
+    if len(inp.paths) == 1:
+        path = inp.paths[0]
+        for n, line in _lines(path):
+            tabs = line.count("\t")
+            if tabs != 1:
+                what = "has no tab" if tabs == 0 else f"has {tabs} tabs"
+                raise InputError(f"{path} line {n} {what}; a TSV line is SOURCE<TAB>TARGET with exactly one tab "
+                                 "(fix or remove the line)")
+            a, b = line.split("\t")
+            yield a, b
+        return
+    src_path, tgt_path = inp.paths
+    src_lines, tgt_lines = _lines(src_path), _lines(tgt_path)
+    n = 0
+    for n, a in src_lines:
+        b = next(tgt_lines, None)
+        if b is None:
+            n_src, n_tgt = n + sum(1 for _ in src_lines), n - 1
+            break
+        yield a, b[1]
+    else:
+        n_src, n_tgt = n, n + sum(1 for _ in tgt_lines)
+    if n_src != n_tgt:
+        raise InputError(f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; the two sides of a pair need "
+                         "one line each per sentence pair (fix the alignment)")

@@ -1,0 +1,386 @@
+"""`langshare prepare-data`: the user's own parallel text in every form, held-out and given splits,
+zero-shot (test-only) directions, filters, re-runs, bad input, and evaluation of a model trained on it."""
+
+import gzip
+import json
+import lzma
+import os
+import random
+
+import pytest
+
+from fairseq_langshare import cli
+from fairseq_langshare.data import corpus_build as cb
+from fairseq_langshare.data import heldout, parallel_corpus as pc
+
+from tiny_corpus import PKG_DIR, WORDS, translate
+
+SMALL = dict(vocab_size=120, valid_size=30, test_size=40, spm_sentences=5000)
+N = 800  # English sentences per direction
+
+
+def english(n, seed=0):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 8))) + f" {i % 7}" for i in range(n)]
+
+
+def rows(src, tgt, sentences):
+    return [(s if src == "en" else translate(s, src), translate(s, tgt) if tgt != "en" else s) for s in sentences]
+
+
+def write_tsv(path, pairs, opener=open):
+    with opener(path, "wt", encoding="utf-8") as f:
+        for a, b in pairs:
+            f.write(f"{a}\t{b}\n")
+    return str(path)
+
+
+def write_sides(directory, split, pair, pairs):
+    a, b = pair.split("-")
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"{split}.{pair}.{a}"), "w", encoding="utf-8") as fa, \
+            open(os.path.join(directory, f"{split}.{pair}.{b}"), "w", encoding="utf-8") as fb:
+        for x, y in pairs:
+            fa.write(x + "\n")
+            fb.write(y + "\n")
+
+
+def lines(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def corpus_files(out):
+    """{relative path: bytes} of everything but the manifest (which names the inputs)."""
+    found = {}
+    for dp, _, fs in os.walk(out):
+        for f in fs:
+            rel = os.path.relpath(os.path.join(dp, f), out)
+            if rel != "manifest.json":
+                with open(os.path.join(dp, f), "rb") as fh:
+                    found[rel] = fh.read()
+    return found
+
+
+EN = english(N)
+DATA = {"en-xx": rows("en", "xx", EN), "en-yy": rows("en", "yy", EN[: N // 2] + english(N // 2, seed=1))}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Training data only, as SRC-TGT.tsv: valid and test held out."""
+    root = tmp_path_factory.mktemp("tsv")
+    files = [write_tsv(root / f"{d}.tsv", pairs) for d, pairs in DATA.items()]
+    out = root / "corpus"
+    return str(out), pc.prepare_data(out, files, **SMALL), files
+
+
+def test_layout_manifest_and_binarized_data(reference):
+    from fairseq.data import Dictionary, data_utils
+
+    out, m, files = reference
+    assert m == json.load(open(os.path.join(out, "manifest.json")))
+    assert m["builder"] == "prepare-data" and m["pivot"] == "en" and m["langs"] == ["en", "xx", "yy"]
+    assert lines(f"{out}/langs.txt") == ["en", "xx", "yy"] and lines(f"{out}/lang_pairs.txt") == ["en-xx,en-yy"]
+    assert m["zero_shot_pairs"] == [] and set(m["inputs"]) == set(files)
+    assert m["train_pairs_per_language"] == {"xx": m["counts"]["train"]["en-xx"], "yy": m["counts"]["train"]["en-yy"]}
+    assert m["inputs"][files[0]] == cb.sha256(files[0])
+    d = Dictionary.load(f"{out}/bin/dict.txt")
+    for pair in ("en-xx", "en-yy"):
+        assert m["read"][pair]["train"] == N
+        for split in cb.SPLITS:
+            n = m["counts"][split][pair]
+            for lang in pair.split("-"):
+                assert len(lines(f"{out}/raw/{split}.{pair}.{lang}")) == n
+                ds = data_utils.load_indexed_dataset(f"{out}/bin/{split}.{pair}.{lang}", d)
+                assert len(ds) == n
+                assert d.string(ds[0]) == lines(f"{out}/spm/{split}.{pair}.{lang}")[0]
+            assert os.path.exists(f"{out}/bin/dict.{lang}.txt")
+        assert m["held_out"][pair] == {"valid": "held out by a hash of the en side", "test": "held out by a hash of the en side"}
+        assert m["counts"]["test"][pair] == 40 and m["counts"]["valid"][pair] == 30  # both under 5% of 800
+        assert m["counts"]["train"][pair] + sum(m["removed"][pair].values()) == N
+
+
+def _sentences(out, split, lang):
+    found = set()
+    for name in os.listdir(f"{out}/raw"):
+        s, pair, l = name.split(".")
+        if s == split and l == lang:
+            found.update(lines(f"{out}/raw/{name}"))
+    return found
+
+
+def assert_no_heldout_in_training(out, langs, pivot="en"):
+    """No valid/test sentence of a language in any training direction; valid and test disjoint in
+    each direction, and for the pivot (whose side the held-out sets are picked by) across directions."""
+    for lang in langs:
+        train = _sentences(out, "train", lang)
+        for split in ("valid", "test"):
+            assert not _sentences(out, split, lang) & train, (lang, split)
+    assert not _sentences(out, "valid", pivot) & _sentences(out, "test", pivot)
+    for name in os.listdir(f"{out}/raw"):
+        split, pair, lang = name.split(".")
+        if split == "valid" and os.path.exists(f"{out}/raw/test.{pair}.{lang}"):
+            assert not set(lines(f"{out}/raw/{name}")) & set(lines(f"{out}/raw/test.{pair}.{lang}")), name
+
+
+def test_heldout_sentences_never_in_training(reference):
+    out, m, _ = reference
+    assert_no_heldout_in_training(out, ["en", "xx", "yy"])
+    # the English half shared by both directions is held out alike: the same source hash picks it
+    shared = set(EN[: N // 2])
+    tx, ty = (set(lines(f"{out}/raw/test.{p}.en")) & shared for p in ("en-xx", "en-yy"))
+    assert tx and tx == ty
+    # removed from training because a held-out set of another direction holds its English side
+    assert m["removed"]["en-xx"]["heldout_overlap"] > 0
+
+
+def test_held_out_picker_and_sizes():
+    pairs = [(f"sentence {i}", f"satz {i}") for i in range(5000)]
+    big, small, other = heldout.HeldOutPicker(100, 80), heldout.HeldOutPicker(10, 0), heldout.HeldOutPicker(50, 50)
+    for a, b in pairs:
+        big.offer(a, a, b, b)
+    for a, b in reversed(pairs + [("sentence 1", "another translation")]):  # order does not matter
+        small.offer(a, a, b, b)
+    for a, b in pairs[::2]:  # another direction with half of the sentences, keyed on its target side
+        other.offer(a, b, a, b)
+    got = big.picked()
+    assert len(got["valid"]) == 100 and len(got["test"]) == 80 and not set(got["valid"]) & set(got["test"])
+    assert small.picked() == {"valid": got["valid"][:10], "test": []}  # a smaller set is a prefix
+    # a sentence keeps its role everywhere: never valid in one direction and test in another
+    theirs = other.picked()
+    assert not {a for a, _ in got["valid"]} & {b for b, _ in theirs["test"]}
+    assert not {a for a, _ in got["test"]} & {b for b, _ in theirs["valid"]}
+    assert heldout.carve_sizes(100000, 500, 1000) == (500, 1000)
+    assert heldout.carve_sizes(4000, 500, 1000) == (200, 200)  # 5% each
+    assert heldout.carve_sizes(10, 500, 1000) == (1, 1)
+
+
+def test_add_test_only_directions(tmp_path):
+    (tmp_path / "raw").mkdir()
+    counts = heldout.add_test_only_directions(
+        str(tmp_path), {"xx-yy": {"test": [("cinq", "fünf"), ("six", "sechs")], "valid": []}})
+    assert counts == {"xx-yy": {"test": 2}}
+    assert lines(tmp_path / "raw/test.xx-yy.xx") == ["cinq", "six"] and lines(tmp_path / "raw/test.xx-yy.yy")[0] == "fünf"
+    assert not (tmp_path / "raw/valid.xx-yy.xx").exists()
+    with pytest.raises(ValueError, match="valid/test data only"):
+        heldout.add_test_only_directions(str(tmp_path), {"xx-yy": {"train": []}})
+
+
+def test_every_input_form_gives_the_same_corpus(reference, tmp_path):
+    """.gz and .xz TSVs, a given-train TSV and fairseq's plain-text layout hold the same pairs as the
+    plain SRC-TGT.tsv files: the same corpus, byte for byte; and --workers 2 changes nothing."""
+    ref_out, ref, _ = reference
+    want = corpus_files(ref_out)
+    inputs = [write_tsv(tmp_path / "en-xx.tsv.gz", DATA["en-xx"], gzip.open),
+              write_tsv(tmp_path / "train.en-yy.tsv.xz", DATA["en-yy"], lzma.open)]
+    m = pc.prepare_data(tmp_path / "compressed", inputs, workers=2, **SMALL)
+    assert corpus_files(tmp_path / "compressed") == want
+    assert m["counts"] == ref["counts"] and m["removed"] == ref["removed"]
+    plain = tmp_path / "fairseq-layout"
+    for d, pairs in DATA.items():
+        write_sides(plain, "train", d, pairs)
+    (plain / "dict.en.txt").write_text("a 1\n")  # other files in the directory are left alone
+    pc.prepare_data(tmp_path / "from-dir", [str(plain)], **SMALL)
+    assert corpus_files(tmp_path / "from-dir") == want
+
+
+def test_given_splits_zero_shot_direction_and_filters(tmp_path):
+    train = rows("en", "xx", EN)
+    noisy = [("  Hello \u200bworld\t", "Hallo Welt"), ("", "empty source"), ("a" * 30, "b"),  # ratio 30 > 9
+             ("long " * 250, "lang " * 250)] + [train[100]] * 3  # over 1000 characters; duplicates
+    valid, test = rows("en", "xx", english(20, seed=5)), rows("en", "xx", english(25, seed=6))
+    given = tmp_path / "given"
+    write_sides(given, "train", "en-xx", train + noisy)
+    write_sides(given, "valid", "en-xx", valid)
+    write_tsv(tmp_path / "test.en-xx.tsv", [("  spaced   out ", "x\u00a0y")] + test)
+    write_tsv(tmp_path / "en-yy.tsv", rows("en", "yy", english(600, seed=7)))
+    # a zero-shot direction: test only; its sentences must leave training
+    zs = [(translate(s, "xx"), translate(s, "yy")) for s in EN[:15]]
+    write_tsv(tmp_path / "test.xx-yy.tsv", zs)
+    write_tsv(tmp_path / "test.en-zz.tsv", rows("en", "zz", english(5, seed=8)))  # a language without training data
+    out = tmp_path / "corpus"
+    m = pc.prepare_data(out, [str(given), str(tmp_path / "test.en-xx.tsv"), str(tmp_path / "en-yy.tsv"),
+                              str(tmp_path / "test.xx-yy.tsv"), str(tmp_path / "test.en-zz.tsv")], **SMALL)
+    assert m["lang_pairs"] == ["en-xx", "en-yy"] and m["zero_shot_pairs"] == ["en-zz", "xx-yy"]
+    assert set(m["train_pairs_per_language"]) == {"xx", "yy"}
+    assert lines(out / "lang_pairs.txt") == ["en-xx,en-yy"] and m["langs"] == ["en", "xx", "yy", "zz"]
+    assert lines(out / "langs.txt") == m["langs"] and m["counts"]["test"]["en-zz"] == 5
+    assert m["held_out"]["en-xx"] == {"valid": "given", "test": "given"}
+    assert m["held_out"]["xx-yy"] == {"test": "given"}
+    assert lines(out / "raw/valid.en-xx.xx") == [b for _, b in valid]
+    assert lines(out / "raw/test.en-xx.en") == ["spaced out"] + [a for a, _ in test]  # normalised, kept
+    assert lines(out / "raw/test.en-xx.xx")[0] == "x y"  # a no-break space is whitespace: collapsed
+    assert m["counts"]["test"]["xx-yy"] == 15 and "xx-yy" not in m["counts"]["train"]
+    assert os.path.exists(out / "bin/test.xx-yy.xx.idx") and not os.path.exists(out / "raw/train.xx-yy.xx")
+    assert not os.path.exists(out / "bin/valid.xx-yy.xx.idx")
+    assert_no_heldout_in_training(str(out), ["en", "xx", "yy"])
+    r = m["removed"]["en-xx"]
+    assert r["empty"] == 1 and r["length_ratio"] == 1 and r["too_long"] == 1 and r["duplicate"] >= 3
+    assert r["heldout_overlap"] >= 15  # the zero-shot test's xx sentences
+    assert "Hello world" in lines(out / "raw/train.en-xx.en")  # control and zero-width characters removed
+    assert m["read"]["en-xx"] == {"valid": 20, "test": 26, "train": N + len(noisy)}
+
+
+def test_rerun_is_a_noop_changed_input_needs_force(tmp_path, capsys):
+    src = write_tsv(tmp_path / "en-xx.tsv", DATA["en-xx"][:300])
+    out = tmp_path / "corpus"
+    m = pc.prepare_data(out, [src], **SMALL)
+    stamp = os.path.getmtime(out / "manifest.json")
+    capsys.readouterr()
+    assert pc.prepare_data(out, [src], **SMALL) == m
+    assert "already prepared" in capsys.readouterr().out and os.path.getmtime(out / "manifest.json") == stamp
+    with open(src, "a", encoding="utf-8") as f:
+        f.write("one more\tnoch eins\n")
+    with pytest.raises(ValueError, match="en-xx.tsv changed since .* --force"):
+        pc.prepare_data(out, [src], **SMALL)
+    with pytest.raises(ValueError, match="another config.*--force"):
+        pc.prepare_data(out, [src], **{**SMALL, "max_ratio": 3.0})
+    assert json.load(open(out / "manifest.json")) == m  # untouched
+    again = pc.prepare_data(out, [src], force=True, **SMALL)
+    assert again["read"]["en-xx"]["train"] == 301 and again["inputs"][src] == cb.sha256(src)
+    assert sorted(os.listdir(tmp_path)) == ["corpus", "en-xx.tsv"]
+    # the SentencePiece model of a corpus reused for another: same model, same dictionary
+    reuse = pc.prepare_data(tmp_path / "reuse", [src], spm_model=str(out / "spm.model"), **SMALL)
+    assert (tmp_path / "reuse/spm.model").read_bytes() == (out / "spm.model").read_bytes()
+    assert (tmp_path / "reuse/bin/dict.txt").read_bytes() == (out / "bin/dict.txt").read_bytes()
+    assert reuse["spm"]["given_model"] == str(out / "spm.model")
+
+
+def one_error_line(err, command="prepare-data"):
+    """The error line of stderr, checked to be the only one (progress bars aside) and no traceback."""
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0] == err.splitlines()[-1], err
+    assert errors[0].startswith(f"langshare {command}: error:"), err
+    return errors[0]
+
+
+def _write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+GOOD = "".join(f"{a}\t{b}\n" for a, b in DATA["en-xx"][:50]).encode()
+BAD_INPUTS = {
+    "line counts differ": ({"train.en-xx.en": b"a\nb\nc\n", "train.en-xx.xx": b"a\nb\n"}, ["in"],
+                           ["train.en-xx.en has 3 lines", "train.en-xx.xx has 2"]),
+    "not UTF-8": ({"en-xx.tsv": GOOD + b"caf\xe9\tx\n", "en-yy.tsv": GOOD}, ["in"],  # read in a worker process
+                  ["en-xx.tsv line 51", "byte 4", "0xe9", "UTF-8"]),
+    "no tab": ({"en-xx.tsv": GOOD + b"no tab here\n"}, ["in/en-xx.tsv"], ["line 51 has no tab"]),
+    "two tabs": ({"en-xx.tsv": b"a\tb\tc\n" + GOOD}, ["in/en-xx.tsv"], ["line 1 has 2 tabs"]),
+    "empty file": ({"en-xx.tsv": GOOD, "en-yy.tsv": b""}, ["in"], ["en-yy.tsv is empty"]),
+    "same language": ({"en-en.tsv": GOOD}, ["in/en-en.tsv"], ["both 'en'"]),
+    "pair given twice": ({"en-xx.tsv": GOOD, "train.en-xx.tsv": GOOD}, ["in"], ["given twice", "en-xx"]),
+    "unknown split": ({"dev.en-xx.tsv": GOOD}, ["in/dev.en-xx.tsv"], ["unknown split 'dev'"]),
+    "unknown split (plain text)": ({"dev.en-xx.en": b"a\n", "dev.en-xx.xx": b"b\n"}, ["in"], ["unknown split 'dev'"]),
+    "side without partner": ({"train.en-xx.en": b"a\n"}, ["in"], ["no partner train.en-xx.xx"]),
+    "name in no form": ({"corpus.txt": GOOD}, ["in/corpus.txt"], ["cannot tell the direction"]),
+    "TSV in a directory named in no form": ({"en-xx.tsv": GOOD, "more.data.tsv": GOOD}, ["in"],
+                                            ["more.data.tsv: cannot tell the direction"]),
+    "only test data": ({"test.en-xx.tsv": GOOD}, ["in"], ["no training data"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_line_and_leaves_no_output(case, tmp_path, capsys):
+    files, args, expect = BAD_INPUTS[case]
+    for name, data in files.items():
+        _write(str(tmp_path / "in" / name), data)
+    workers = ["--workers", "2"] if case == "not UTF-8" else []  # two directions: an error raised in a worker
+    code = cli.main(["prepare-data", "--out", str(tmp_path / "corpus"), "--vocab-size", "50", *workers,
+                     *[str(tmp_path / a) for a in args]])
+    err = one_error_line(capsys.readouterr().err.strip())
+    assert code == 2
+    for text in expect:
+        assert text in err, (text, err)
+    assert os.listdir(tmp_path) == ["in"]  # neither the corpus nor its temporary directory
+
+
+def test_out_under_a_file_refused(tmp_path, capsys):
+    _write(str(tmp_path / "in" / "en-xx.tsv"), GOOD)
+    _write(str(tmp_path / "afile"), b"x")
+    code = cli.main(["prepare-data", "--out", str(tmp_path / "afile" / "corpus"), str(tmp_path / "in")])
+    assert code == 2 and "is a file, not a directory" in one_error_line(capsys.readouterr().err.strip())
+    assert sorted(os.listdir(tmp_path)) == ["afile", "in"]
+
+
+@pytest.mark.parametrize("out", ["in", "in/corpus", "in/en-xx.tsv"])
+def test_out_equal_to_or_inside_an_input_refused(out, tmp_path, capsys):
+    _write(str(tmp_path / "in" / "en-xx.tsv"), GOOD)
+    code = cli.main(["prepare-data", "--out", str(tmp_path / out), str(tmp_path / "in")])
+    err = one_error_line(capsys.readouterr().err.strip())
+    assert code == 2 and "outside the inputs" in err, err
+    assert os.listdir(tmp_path / "in") == ["en-xx.tsv"]
+
+
+def test_a_users_directory_is_never_replaced(tmp_path, capsys):
+    _write(str(tmp_path / "in" / "en-xx.tsv"), GOOD)
+    _write(str(tmp_path / "mine" / "notes.txt"), b"keep")
+    code = cli.main(["prepare-data", "--force", "--out", str(tmp_path / "mine"), str(tmp_path / "in")])
+    err = one_error_line(capsys.readouterr().err.strip())
+    assert code == 2 and "did not write" in err and (tmp_path / "mine" / "notes.txt").read_bytes() == b"keep"
+    assert sorted(os.listdir(tmp_path)) == ["in", "mine"]
+
+
+def test_cli_help_names_every_flag_and_ranges_are_checked(tmp_path, capsys):
+    parser = cli.build_parser()
+    sub = parser._subparsers._group_actions[0].choices["prepare-data"]
+    flags = {o for a in sub._actions for o in a.option_strings if a.help}
+    for flag in ("--out", "--valid-size", "--test-size", "--min-chars", "--max-chars", "--max-ratio", "--vocab-size",
+                 "--spm-sentences", "--spm-temperature", "--spm-model", "--workers", "--force"):
+        assert flag in flags, flag
+    _write(str(tmp_path / "in" / "en-xx.tsv"), GOOD)
+    for bad, expect in ((["--max-ratio", "0.5"], "--max-ratio: 0.5 is outside [1, inf)"),
+                        (["--min-chars", "5", "--max-chars", "4"], "--max-chars 4 is below --min-chars 5"),
+                        (["--spm-temperature", "0"], "--spm-temperature: 0 is outside (0, inf)"),
+                        (["--workers", "0"], "--workers: 0 is outside [1, inf)"),
+                        (["--spm-model", str(tmp_path / "in" / "en-xx.tsv")], "not a SentencePiece model")):
+        try:
+            code = cli.main(["prepare-data", "--out", str(tmp_path / "corpus"), *bad, str(tmp_path / "in")])
+        except SystemExit as exit_:  # refused by argparse, where the range is declared
+            code = exit_.code
+        err = one_error_line(capsys.readouterr().err.strip())
+        assert code == 2 and expect in err, (bad, err)
+    assert os.listdir(tmp_path) == ["in"]
+    with pytest.raises(ValueError, match=r"--test-size -1 is outside \[0, inf\)"):  # library callers too
+        pc.prepare_data(tmp_path / "corpus", [str(tmp_path / "in")], test_size=-1)
+
+
+# ----------------------------------------------------------------------------- downstream
+
+
+@pytest.mark.slow
+def test_trained_and_evaluated_on_a_prepared_corpus(tmp_path, caplog):
+    """fairseq-train with the README's flags (langs.txt, lang_pairs.txt, validation on) and langshare
+    evaluate take the corpus: supervised directions by default, the zero-shot one when asked."""
+    from fairseq import options
+    from fairseq_cli import train
+
+    from fairseq_langshare.evaluation import evaluate
+
+    files = [write_tsv(tmp_path / f"{d}.tsv", pairs) for d, pairs in DATA.items()]
+    files.append(write_tsv(tmp_path / "test.xx-yy.tsv", [(translate(s, "xx"), translate(s, "yy"))
+                                                         for s in english(12, seed=9)]))
+    out = tmp_path / "corpus"
+    m = pc.prepare_data(out, files, **SMALL)
+    langs, pairs = ",".join(lines(out / "langs.txt")), lines(out / "lang_pairs.txt")[0]
+    argv = [str(out / "bin"), "--user-dir", PKG_DIR, "--task", "multilingual_langshare", "--langs", langs,
+            "--lang-pairs", pairs, "--encoder-langtok", "tgt", "--sampling-method", "temperature",
+            "--sampling-temperature", "5", "--arch", "langshare_transformer_tiny", "--share-all-embeddings",
+            "--criterion", "langshare_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--optimizer", "adam", "--lr", "0.005", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10",
+            "--max-tokens", "1000", "--max-update", "30", "--save-dir", str(tmp_path / "ckpt"), "--cpu",
+            "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "1", "--log-format", "json"]
+    train.main(options.parse_args_and_arch(options.get_training_parser(), input_args=argv))
+    checkpoint = str(tmp_path / "ckpt" / "checkpoint_last.pt")
+    with caplog.at_level("WARNING", logger="fairseq_langshare.evaluation"):
+        res = evaluate(checkpoint, str(out), beam=2)
+    assert list(res["directions"]) == ["en-xx", "en-yy"]
+    assert "zero-shot directions xx-yy; pass --directions" in caplog.text
+    for d, row in res["directions"].items():
+        assert row["n"] == m["counts"]["test"][d] == 40 and row["supervised"]
+        assert row["train_size"] == m["counts"]["train"][d] and len(res["hypotheses"][d]) == 40
+    zs = evaluate(checkpoint, str(out), directions="xx-yy", beam=2)["directions"]["xx-yy"]
+    assert zs["group"] == "zero-shot" and not zs["supervised"] and zs["n"] == 12
