@@ -13,6 +13,7 @@ so the timed updates are in the phase most of a run trains in.
 
     python -m benchmarks.ddp_scaling --out benchmarks/results/ddp-scaling-cpu.json          # CPU
     python -m benchmarks.ddp_scaling --device cuda --out ddp-scaling-gpu.json              # both ranks on GPU 0
+    python -m benchmarks.ddp_scaling --configs baseline,latent_depth --profile DIR ...     # + operator tables
 
 On one GPU both ranks share the device (NCCL refuses two ranks on one GPU, so gloo carries the
 all-reduce through host memory): the 2-rank time then includes the two ranks' contention for the
@@ -121,6 +122,32 @@ def rank_main(args):
                 results[config]["cpu2"].append(t2[1])
     if rank == 0:
         write(args, results, params)
+    if args.profile:
+        profile_steps(args, built, configs, rank, barrier)
+
+
+def profile_steps(args, built, configs, rank, barrier):
+    """``torch.profiler`` over one repetition's updates of each configuration, on 1 rank and then on 2:
+    rank 0 writes its operators by self CPU time (on a GPU also by self CUDA time) to
+    ``PROFILE/CONFIG-1rank.txt`` and ``-2ranks.txt``: where a method's 2-rank step spends host time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
+    sorts = ["self_cpu_time_total"] + (["self_cuda_time_total"] if args.device == "cuda" else [])
+    os.makedirs(args.profile, exist_ok=True)
+    for config in configs:
+        entry = built[config]
+        for name, trainer, batches in (("1rank", entry["one"], entry["batches_one"]),
+                                       ("2ranks", entry["two"], entry["batches_two"])):
+            if rank == 0 or name == "2ranks":
+                with profile(activities=activities) as prof:
+                    timed(trainer, batches, args.device)
+                if rank == 0:
+                    tables = [f"# {config}, {name}, {len(batches)} updates, sorted by {key}\n"
+                              + prof.key_averages().table(sort_by=key, row_limit=40) for key in sorts]
+                    with open(os.path.join(args.profile, f"{config}-{name}.txt"), "w") as f:
+                        f.write("\n".join(tables))
+            barrier()
 
 
 def summary(results) -> Dict[str, dict]:
@@ -173,7 +200,8 @@ def launch(args):
                 "--backend", args.backend, "--size", args.size, "--configs", args.configs,
                 "--sentences", str(args.sentences), "--updates", str(args.updates), "--reps", str(args.reps),
                 "--warmup", str(args.warmup), "--threads", str(args.threads), "--seed", str(args.seed),
-                "--load", ",".join(f"{x:.2f}" for x in os.getloadavg())]
+                "--load", ",".join(f"{x:.2f}" for x in os.getloadavg())] + (
+                    ["--profile", os.path.abspath(args.profile)] if args.profile else [])
         procs = [subprocess.Popen(argv, cwd=REPO_ROOT, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
                  for r in (0, 1)]
         codes = [p.wait() for p in procs]
@@ -206,6 +234,9 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--corpus-sentences", type=int, default=400, help="per direction, synthetic corpus")
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="after the timing, profile one repetition per configuration and world size "
+                             "(torch.profiler; rank 0's operator tables in DIR)")
     parser.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--load", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
