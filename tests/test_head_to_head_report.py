@@ -10,6 +10,7 @@ import datetime
 import io
 import json
 import os
+import re
 import subprocess
 import zlib
 
@@ -478,3 +479,24 @@ def test_the_report_does_not_depend_on_how_the_record_dir_is_spelled(tmp_path, m
     texts = {json_text(head_to_head_report.build(d, 20, open(os.devnull, "w"))) for d in spelled}
     assert len(texts) == 1 and json.loads(texts.pop())["record"]["dir"] == head_to_head_record.RECORD_DIR
     assert all(head_to_head.report_outputs(d)["readme"] == "README.md" for d in spelled)
+
+
+def test_standings_beside_the_runs_link_their_own_tables(reported, tmp_path, monkeypatch):
+    """A report outside the repository's layout (make demo's: demo_run/standings.md beside
+    demo_run/results.md) links the tables it wrote and the guide from where the standings file
+    is, not the record's docs/results.md."""
+    root, _, _ = reported
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "head_to_head.md").write_text("# the guide\n")
+    monkeypatch.chdir(tmp_path)  # a clone of the repository
+    out = tmp_path / "demo_run"
+    out.mkdir()
+    paths = dict(out_json=str(out / "head_to_head.json"), out_md=str(out / "results.md"),
+                 figure=str(out / "head_to_head.png"), readme=str(out / "standings.md"))
+    head_to_head_report.report(str(root / "record"), stream=open(os.devnull, "w"), n_samples=SAMPLES, **paths)
+    block = open(paths["readme"]).read()
+    assert "docs/results.md" not in block
+    links = re.findall(r"\]\(([^)]+\.md)\)", block)
+    assert "results.md" in links and "../docs/head_to_head.md" in links
+    for link in links:
+        assert os.path.isfile(os.path.join(out, link)), link

@@ -398,7 +398,7 @@ def report(record_dir: str, out_json: str, out_md: Optional[str] = None, figure:
         outputs[out_md] = _with_section(out_md, START, END, markdown(data, rel))
     if readme:
         outputs[readme] = _with_section(readme, head_to_head_standings.START, head_to_head_standings.END,
-                                        head_to_head_standings.standings_markdown(data))
+                                        head_to_head_standings.standings_markdown(data, readme, out_md))
     write_files_atomic(outputs)
     print("wrote " + ", ".join(outputs), file=stream)
     for name, block in data["directions"].items():

@@ -11,6 +11,7 @@ by the BLEU delta); when no model is, the shared baseline is. A model or directi
 not have yet reads "not yet recorded", and the advice names the models it did not compare.
 """
 
+import os
 from typing import Dict, Optional
 
 from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
@@ -22,6 +23,7 @@ START = ("<!-- method standings: start (written by `langshare head-to-head` from
 END = "<!-- method standings: end -->"
 METRICS = (("bleu", "BLEU"), ("chrf", "chrF"))
 MISSING = "not yet recorded"
+GUIDE = "docs/head_to_head.md"  # as the report's default paths, relative to the working directory (the repository)
 
 
 def _labels(data: Optional[Dict]) -> Dict[str, str]:
@@ -109,8 +111,18 @@ def _recommendation(block: Dict, labels: Dict[str, str], verdicts_of):
             "baseline"), behind
 
 
-def standings_markdown(data: Optional[Dict]) -> str:
-    """The README block (between its markers) for the results JSON ``data`` (None: none yet)."""
+def _rel(path: str, start: str) -> str:
+    return os.path.relpath(os.path.abspath(path), start)
+
+
+def standings_markdown(data: Optional[Dict], readme: str = "README.md", tables: Optional[str] = "docs/results.md") -> str:
+    """The README block (between its markers) for the results JSON ``data`` (None: none yet), its links
+    relative to the file ``readme`` it goes in: to ``tables``, the results section's file (None: none
+    written), and, from a file inside the working directory (the repository), to the guide."""
+    here = os.path.dirname(os.path.abspath(readme))
+    inside = os.path.commonpath([here, os.getcwd()]) == os.getcwd()
+    guide = os.path.relpath(os.path.abspath(GUIDE), here) if inside else GUIDE
+
     labels = _labels(data)
     blocks = (data or {}).get("directions") or {}
     lines = [START,
@@ -118,15 +130,15 @@ def standings_markdown(data: Optional[Dict]) -> str:
              "directions: its supervised and its zero-shot directions, each pooled on its own): **better** / **worse** "
              "where sacrebleu's paired bootstrap of the seed-concatenated systems gives p < 0.05 and every seed's "
              "delta has the same sign, **level** otherwise; the delta, its p-value and each seed's delta beside it. "
-             "Made by `langshare head-to-head` ([docs/head_to_head.md](docs/head_to_head.md)) from the runs recorded "
+             f"Made by `langshare head-to-head` ([docs/head_to_head.md]({guide})) from the runs recorded "
              f"in `{data['record']['dir'] if data else RECORD_DIR}/`"]
     if not blocks:
         lines[-1] += (". **Not yet recorded**: the head-to-head of record (every model, O2M and M2O, 3 seeds; "
                       "docs/head_to_head.md, \"The record\") has not been reported yet; its standings appear here "
                       "when it is (`langshare head-to-head --report-only`).")
         return "\n".join(lines) + "\n" + END + "\n"
-    lines[-1] += (f" ({data['updates']} updates per run, dated {data['generated']}; every table in "
-                  "[docs/results.md](docs/results.md)).")
+    lines[-1] += (f" ({data['updates']} updates per run, dated {data['generated']}"
+                  + (f"; every table in [{_rel(tables, here)}]({_rel(tables, here)})" if tables else "") + ").")
     record = data["record"]["dir"]
     lines += ["", f"| model (record: `{record}/`) | "
               + " | ".join(f"{d.upper()} {label}" for d in DIRECTIONS for _, label in METRICS)
