@@ -51,6 +51,15 @@ _NOT_FROM_CHECKPOINT = {
     "virtual_epoch_size", "virtual_data_size",
 }
 _SPBLEU_TOKENIZERS = ("flores200", "flores101")  # preferred first
+# fairseq-generate flags evaluate sets itself (the last one given wins in fairseq's parser, so one in
+# --generate-args would decode otherwise than the results say): evaluate's own option for each, or None
+# where it comes from the checkpoint and the corpus
+_SET_BY_EVALUATE = {
+    "--beam": "--beam", "--lenpen": "--lenpen", "--gen-subset": "--split", "--max-tokens": "--max-tokens",
+    "--batch-size": "--batch-size", "--max-sentences": "--batch-size",
+    **dict.fromkeys(("--task", "--user-dir", "--path", "--remove-bpe", "--post-process", "--results-path", "-s",
+                     "--source-lang", "-t", "--target-lang", "--langs", "--lang-dict", "--lang-pairs"), None),
+}
 
 
 class EvaluationError(ValueError):
@@ -471,6 +480,18 @@ def _fairseq_logging():
             root.removeHandler(handler)
 
 
+def _check_generate_args(extra) -> None:
+    """Refuse a flag of ``--generate-args`` that evaluate sets itself, naming evaluate's own option."""
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if flag in _SET_BY_EVALUATE:
+            own = _SET_BY_EVALUATE[flag]
+            fix = (f"pass {own} to evaluate" if own else "evaluate takes it from the checkpoint and the corpus"
+                   + (" (choose directions with --directions)" if flag in ("-s", "-t", "--source-lang",
+                                                                           "--target-lang") else ""))
+            raise EvaluationError(f"--generate-args sets {flag}, which evaluate sets itself: {fix}")
+
+
 def _translate(argv, results_dir, split, expected):
     """Run fairseq-generate with ``argv``; return detokenized hypotheses by sample id, and how many
     ids got none (sentences skipped as too long)."""
@@ -519,6 +540,8 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         if path:  # fail now, not after decoding; never over a corpus or run file evaluate did not write
             check_writable(path, flag, inputs=[checkpoint, baseline_path, *others], protected=protected,
                            own=_own_output, command="evaluate")
+    extra = shlex.split(generate_args) if isinstance(generate_args, str) else list(generate_args)
+    _check_generate_args(extra)
     resource_groups({}, high_threshold, low_threshold)  # validates the options before decoding
     bleu_tokenizer("", bleu_tokenize)
     _, spbleu_note = spbleu_tokenizer(spbleu_tokenize)
@@ -586,7 +609,6 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
              "--num-workers", "0"]
     flags += ["--max-tokens", str(max_tokens)] if max_tokens else []
     flags += ["--batch-size", str(batch_size)] if batch_size else []
-    extra = shlex.split(generate_args) if isinstance(generate_args, str) else list(generate_args)
     flags += _task_flags(task_name, task_cfg) + extra
 
     references = {d: reference_identity(corpus.reference_path(split, *d.split("-"))) for d in directions}
@@ -719,6 +741,7 @@ def add_subcommand(subparsers):
     p.add_argument("--out-json", default=None, help="write the results as JSON here")
     p.add_argument("--out-md", default=None, help="write the markdown tables here")
     p.add_argument("--generate-args", default="",
-                   help="extra fairseq-generate flags as one string, e.g. --generate-args='--cpu --nbest 1'")
+                   help="extra fairseq-generate flags as one string, e.g. --generate-args='--cpu --nbest 1'; not "
+                        "those evaluate sets itself (--beam, --lenpen, --gen-subset, --path, ...: refused)")
     p.set_defaults(func=_run)
     return p

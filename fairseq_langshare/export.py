@@ -32,10 +32,11 @@ not), so the command ``export`` prints for translating with the result passes
 import argparse
 import dataclasses
 import logging
+import os
 import shlex
 from enum import Enum
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from fairseq import checkpoint_utils
@@ -174,6 +175,8 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
     check_writable(out_path, "--out", inputs=[checkpoint])
     state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
     cfg, weights = state["cfg"], state["model"]
+    check_writable(out_path, "--out", inputs=[checkpoint], protected=_protected(checkpoint, cfg), own=_is_export,
+                   command="export")
     langs = decode_inventory(weights["lang_inventory"]) if "lang_inventory" in weights else []
     if not langs:
         raise ExportError(f"{checkpoint} holds no language inventory: export needs a fairseq_langshare checkpoint")
@@ -236,6 +239,25 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
         print("translate with it (DATA: the binarized data directory): "
               + generate_command(out_path, exported["cfg"]["task"], export_name))
     return report
+
+
+def _protected(checkpoint: Path, cfg) -> Dict[str, Optional[str]]:
+    """The directories whose files --out may not replace (an earlier export aside): the checkpoint's run and
+    the data directory it was trained on (with its corpus, where a manifest.json says it is one)."""
+    data = str(getattr(cfg.get("task"), "data", None) or "").split(os.pathsep)[0] if cfg else ""
+    corpus = data if data and os.path.isdir(data) else None
+    if corpus and os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(corpus)), "manifest.json")):
+        corpus = os.path.dirname(os.path.abspath(corpus))
+    return {"run": str(checkpoint.parent), "corpus": corpus}
+
+
+def _is_export(path: Path) -> bool:
+    """Whether ``path`` is a checkpoint this command wrote (its ``extra_state`` names the export)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # any file that is no loadable checkpoint is not ours
+        return False
+    return isinstance(state, dict) and "langshare_export" in (state.get("extra_state") or {})
 
 
 def generate_command(path, task_cfg: Dict, export_name: str = PLAIN_ARCH) -> str:

@@ -58,6 +58,18 @@ def interactive_pieces(spm, line):
     return " ".join(spm.encode(line.strip(), out_type=str)).split()
 
 
+def foreign_spm(path):
+    """A SentencePiece model of another corpus (Greek text): its pieces are not in the tiny corpus' dictionary, as
+    with a user's --spm naming the wrong corpus' model."""
+    import sentencepiece
+
+    words = "αλφα βητα γαμμα δελτα εψιλον ζητα ητα θητα ιωτα καππα λαμβδα μυ νυ ξι ομικρον πι ρω σιγμα".split()
+    lines = [" ".join(words[(i * k) % len(words)] for k in range(1, 8)) for i in range(200)]
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(path.with_suffix("")),
+                                             vocab_size=60, hard_vocab_limit=False, minloglevel=2, num_threads=1)
+    return path
+
+
 def save_untrained(model, args, path):
     """A checkpoint as fairseq-train writes it (cfg as plain containers), of a freshly built model."""
     import torch

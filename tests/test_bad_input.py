@@ -105,6 +105,21 @@ def test_resume_with_other_flags_names_the_mismatch(corpus, run, tmp_path, chang
     assert snapshot(save) == before
 
 
+def test_decoding_on_another_corpus_names_the_dictionary_not_the_arch(corpus, run, eval_corpus, tmp_path, capsys):
+    """A checkpoint decoded with another data directory's dictionary (another corpus, another --vocab-size):
+    the line says the dictionaries differ, not that the run builds another --arch (it builds the same)."""
+    for path in (eval_corpus / "bin").glob("dict*.txt"):
+        path.write_text(path.read_text() + "".join(f"extra{i} 1\n" for i in range(5)))
+    argv = task_args({**corpus, "bin": eval_corpus / "bin"}) + ["--path", str(run / "checkpoint_last.pt")] + GEN
+    line = fairseq_error(generate, argv, prog="fairseq-generate")
+    assert "--arch" not in line and "this run builds" not in line, line
+    assert "the checkpoint was trained with a dictionary of " in line and " this run's has 5 more" in line, line
+    assert line.endswith("pass the data directory the checkpoint was trained on (the same dict.txt) and the same "
+                         "--langs"), line
+    code, err = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx")
+    assert code == 2 and "the checkpoint was trained with a dictionary of " in err and "--arch" not in err, err
+
+
 # ----------------------------------------------------------------------------- silent cases
 
 @pytest.mark.parametrize("flags,message", [

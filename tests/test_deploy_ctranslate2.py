@@ -13,8 +13,8 @@ from fairseq_langshare.data.corpus_build import sha256
 from fairseq_langshare.deploy.ctranslate2_export import DeployError, export_ctranslate2
 from fairseq_langshare.deploy.translate import PairTranslator
 from fairseq_langshare.export import export_pair
-from deploy_checks import (LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, interactive_pieces, one_line_error,
-                           optional_library, raw, save_untrained)
+from deploy_checks import (LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, foreign_spm, interactive_pieces,
+                           one_line_error, optional_library, raw, save_untrained)
 from tiny_corpus import PKG_DIR, build_task_and_model, generate, train
 
 ctranslate2, needs_ctranslate2 = optional_library("ctranslate2", "CTranslate2", "deploy")
@@ -324,6 +324,21 @@ def test_converter_refusal_names_its_reasons_and_the_fix(spm_corpus, tmp_path, c
     assert "--encoder-normalize-before and --decoder-normalize-before must have the same value" in err
     assert err.endswith("export with --format fairseq and translate with fairseq-generate --user-dir fairseq_langshare")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+@needs_ctranslate2
+def test_sentencepiece_model_of_another_corpus_is_refused(spm_corpus, tmp_path, capsys):
+    """--spm naming another corpus' model: its pieces are not the dictionary's, so every sentence would be
+    encoded into <unk> and other pieces' ids; refused in one line before anything is written."""
+    _, model, args = build_task_and_model(corpus_of(spm_corpus), extra=["--share-all-embeddings"])
+    ckpt = save_untrained(model, args, tmp_path / "model.pt")
+    spm = foreign_spm(tmp_path / "other.model")
+    assert langshare(["export", str(ckpt), "--src", "en", "--tgt", "fr", "--out", str(tmp_path / "ct2"), "--format",
+                      "ctranslate2", "--spm", str(spm)]) == 2
+    err = one_line_error(capsys)
+    assert f"pieces of {spm} are not in {spm_corpus / 'bin' / 'dict.en.txt'}" in err, err
+    assert err.endswith("pass --spm, the SentencePiece model the corpus was encoded with"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "other.model", "other.vocab"]
 
 
 @pytest.fixture

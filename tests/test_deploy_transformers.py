@@ -13,8 +13,8 @@ import torch
 
 from fairseq_langshare.cli import main as langshare
 from fairseq_langshare.deploy.transformers_export import TransformersExportError, export_transformers
-from deploy_checks import (LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, interactive_pieces, one_line_error,
-                           optional_library, raw, save_untrained)
+from deploy_checks import (LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, foreign_spm, interactive_pieces,
+                           one_line_error, optional_library, raw, save_untrained)
 from tiny_corpus import PKG_DIR, build_task_and_model, train
 
 transformers, needs_transformers = optional_library("transformers", "transformers", "transformers")
@@ -403,6 +403,19 @@ def test_export_errors_are_the_fairseq_exports(baseline_export, tmp_path, capsys
                       "transformers", "--quantization", "int8"]) == 2
     assert "--quantization applies to --format ctranslate2 only" in one_line_error(capsys)
     assert not list(tmp_path.iterdir())
+
+
+@needs_transformers
+def test_sentencepiece_model_of_another_corpus_is_refused(spm_corpus, tmp_path, capsys):
+    """--spm naming another corpus' model: refused in one line, the same as --format ctranslate2's."""
+    _, ckpt = untrained(spm_corpus, tmp_path / "model.pt")
+    spm = foreign_spm(tmp_path / "other.model")
+    assert langshare(["export", str(ckpt), "--src", "en", "--tgt", "fr", "--out", str(tmp_path / "hf"), "--format",
+                      "transformers", "--spm", str(spm)]) == 2
+    err = one_line_error(capsys)
+    assert f"pieces of {spm} are not in {spm_corpus / 'bin' / 'dict.en.txt'}" in err, err
+    assert err.endswith("pass --spm, the SentencePiece model the corpus was encoded with"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "other.model", "other.vocab"]
 
 
 @needs_transformers

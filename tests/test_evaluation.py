@@ -188,6 +188,31 @@ def test_clear_errors(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize("extra,message", [
+    ("--beam 5", "--generate-args sets --beam, which evaluate sets itself: pass --beam to evaluate"),
+    ("--lenpen=1.2", "--generate-args sets --lenpen, which evaluate sets itself: pass --lenpen to evaluate"),
+    ("--cpu --gen-subset valid", "--generate-args sets --gen-subset, which evaluate sets itself: pass --split to "
+                                 "evaluate"),
+    ("--max-sentences 8", "--generate-args sets --max-sentences, which evaluate sets itself: pass --batch-size to "
+                          "evaluate"),
+    ("--path other.pt", "--generate-args sets --path, which evaluate sets itself: evaluate takes it from the "
+                        "checkpoint and the corpus"),
+    ("-t de", "--generate-args sets -t, which evaluate sets itself: evaluate takes it from the checkpoint and the "
+              "corpus (choose directions with --directions)"),
+])
+def test_generate_args_cannot_override_what_evaluate_sets(tmp_path, capsys, extra, message):
+    """`--generate-args='--beam 5'` used to decode with beam 5 while the tables and the JSON said beam 4 (the
+    last flag wins in fairseq's parser): refused before anything is read or decoded."""
+    ck = tmp_path / "ck.pt"
+    ck.write_bytes(b"not a checkpoint")
+    with pytest.raises(EvaluationError) as info:
+        evaluate(str(ck), str(tmp_path), generate_args=extra)
+    assert str(info.value) == message
+    evaluate_args = ["evaluate", str(ck), str(tmp_path), "--generate-args", "--cpu --nbest 1 --max-len-b 50"]
+    with pytest.raises(EvaluationError, match="no manifest.json"):  # flags evaluate does not set pass
+        evaluate(*evaluate_args[1:3], generate_args=evaluate_args[-1])
+
+
 def test_missing_direction_data_names_the_file(tmp_path):
     corpus = evaluation._Corpus.__new__(evaluation._Corpus)
     corpus.path, corpus.bin, corpus.raw = str(tmp_path), str(tmp_path / "bin"), str(tmp_path / "raw")

@@ -4,6 +4,7 @@ that fairseq-generate loads without the plugin and that translates exactly like 
 import argparse
 import copy
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,29 @@ def test_baseline_exports_itself(corpus, tmp_path):
     report = export_pair(save / "checkpoint_last.pt", "en", "yy", tmp_path / "en-yy.pt")
     assert report["params"] == report["full_params"]
     assert plain_generate(corpus, tmp_path / "en-yy.pt", "en", "yy") == full_generate(corpus, save / "checkpoint_last.pt", "en", "yy")
+
+
+def test_out_never_replaces_a_file_of_the_run_or_the_corpus(corpus, run, tmp_path):
+    """--out naming a file of the checkpoint's run directory or of its corpus (a results JSON, a log, the
+    dictionary) used to be overwritten with the exported checkpoint; an earlier export there is replaced."""
+    from fairseq_langshare.atomic_files import OutputPathError
+
+    save = tmp_path / "ckpt"
+    shutil.copytree(run, save)
+    (save / "results.json").write_text('{"mine": 1}')
+    dictionary = Path(corpus["bin"]) / "dict.txt"
+    kept = dictionary.read_bytes() if dictionary.exists() else None
+    for out, owner in ((save / "results.json", f"the run {save}"), (Path(corpus["bin"]) / "dict.xx.txt",
+                                                                    f"the corpus {corpus['bin']}")):
+        before = out.read_bytes()
+        with pytest.raises(OutputPathError, match=f"--out {out} would replace a file of {owner} that export did "
+                                                  "not write; write to another path"):
+            export_pair(save / "checkpoint_last.pt", "en", "xx", out, verbose=False)
+        assert out.read_bytes() == before
+    assert (dictionary.read_bytes() if dictionary.exists() else None) == kept
+    export_pair(save / "checkpoint_last.pt", "en", "xx", save / "en-xx.pt", verbose=False)
+    export_pair(save / "checkpoint_last.pt", "en", "yy", save / "en-xx.pt", verbose=False)  # its own earlier output
+    assert torch.load(save / "en-xx.pt", weights_only=True)["extra_state"]["langshare_export"]["tgt"] == "yy"
 
 
 def test_export_cli(trained, tmp_path, capsys):

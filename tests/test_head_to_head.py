@@ -100,6 +100,21 @@ def test_plan_refuses_a_model_that_runs_more(corpora, tmp_path, monkeypatch):
         head_to_head.print_plan(runs, 2, io.StringIO())
 
 
+@pytest.mark.parametrize("direction,given,advice", [
+    ("m2o", "o2m", "pass it as --corpus o2m=DIR with --directions o2m"),
+    ("o2m", "m2o", "pass it as --corpus m2o=DIR with --directions m2o"),
+    ("m2m", "o2m", "pass it as --corpus o2m=DIR with --directions o2m"),
+])
+def test_plan_refuses_a_corpus_of_another_direction(corpora, tmp_path, direction, given, advice):
+    """`--corpus m2o=DIR` naming an English-to-many corpus used to train the M2O models (source-language
+    LSLs, CLSR by source) on its O2M pairs and report them as the M2O block, without a word."""
+    with pytest.raises(ValueError) as info:
+        plan(["baseline"], [direction], [1], str(tmp_path), {direction: corpora[given]}, 10)
+    message = str(info.value)
+    assert message.startswith(f"--corpus {direction}={corpora[given]}: its trained directions "), message
+    assert message.endswith(advice.replace("DIR", corpora[given])), message
+
+
 def test_training_settings_are_quality_libs(tmp_path):
     """The head-to-head trains exactly as scripts/quality_lib.sh (so its seed-1 runs are reusable)."""
     text = open(os.path.join(REPO, "scripts", "quality_lib.sh")).read().replace("\\\n", " ")

@@ -98,7 +98,7 @@ def export_ctranslate2(checkpoint, src: str, tgt: str, out_dir, quantization: st
             _refuse_no_layers(cfg["model"], src, tgt, checkpoint)
             tokens = language_tokens(cfg["task"], src, tgt, "CTranslate2's fairseq converter", DeployError)
             data = data_dir(data, cfg["task"], src, tgt, DeployError)
-            spm = find_spm(data, spm, DeployError)
+            spm = find_spm(data, spm, DeployError, src)
             named_pt = Path(scratch) / "pair-args.pt"
             _converter_checkpoint(state, named_pt)
             converter = FairseqConverter(str(named_pt), str(data), source_lang=src, target_lang=tgt)

@@ -90,9 +90,17 @@ def data_dir(data, task_cfg: Dict, src: str, tgt: str, error_cls) -> Path:
     return data
 
 
-def find_spm(data: Path, spm=None, error_cls=ExportError) -> Path:
+def find_spm(data: Path, spm=None, error_cls=ExportError, lang: Optional[str] = None) -> Path:
     """``spm`` (``--spm``), else the SentencePiece model of a prepared corpus (``manifest.json``'s
-    ``spm_model`` next to the binarized data directory, or ``spm.model`` there or inside it)."""
+    ``spm_model`` next to the binarized data directory, or ``spm.model`` there or inside it); with
+    ``lang``, refused unless every piece it emits is in ``data``'s ``dict.<lang>.txt``."""
+    found = _locate_spm(data, spm, error_cls)
+    if lang is not None:
+        _check_pieces(found, data / f"dict.{lang}.txt", error_cls)
+    return found
+
+
+def _locate_spm(data: Path, spm, error_cls) -> Path:
     if spm:
         if not Path(spm).is_file():
             raise error_cls(f"no SentencePiece model at {spm}: pass --spm, the model the corpus was encoded with")
@@ -108,6 +116,27 @@ def find_spm(data: Path, spm=None, error_cls=ExportError) -> Path:
     if found is None:
         raise error_cls(f"no SentencePiece model next to {data}: pass --spm, the model the corpus was encoded with")
     return found
+
+
+def _check_pieces(spm: Path, dictionary: Path, error_cls) -> None:
+    """Every piece ``spm`` emits (normal and user-defined ones) is a symbol of ``dictionary``: a model of
+    another corpus would turn text into other symbols' ids and <unk>, without a word."""
+    import sentencepiece
+
+    try:
+        model = sentencepiece.SentencePieceProcessor(model_file=str(spm))
+    except (OSError, RuntimeError) as error:
+        raise error_cls(f"{spm} is not a SentencePiece model ({str(error).strip()}): pass --spm, the SentencePiece "
+                        "model the corpus was encoded with") from None
+    from fairseq.data import Dictionary
+
+    symbols = Dictionary.load(str(dictionary)).indices
+    missing = [model.id_to_piece(i) for i in range(model.get_piece_size())
+               if not (model.is_control(i) or model.is_unknown(i) or model.is_unused(i) or model.is_byte(i))
+               and model.id_to_piece(i) not in symbols]
+    if missing:
+        raise error_cls(f"{len(missing)} pieces of {spm} are not in {dictionary} (e.g. {missing[:3]}): pass --spm, "
+                        "the SentencePiece model the corpus was encoded with")
 
 
 def language_tokens(task_cfg: Dict, src: str, tgt: str, runtime: str, error_cls) -> Dict[str, List[str]]:

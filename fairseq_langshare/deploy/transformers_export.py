@@ -242,12 +242,8 @@ def _build_tokenizer(spm_path: Path, symbols: List[str], unk: int, prefix: List[
         raise TransformersExportError(f"{spm_path} is not a unigram SentencePiece model without byte fallback (the kind "
                                       f"langshare prepare-* trains): --format transformers converts those only; "
                                       f"{FAIRSEQ_INSTEAD}")
-    normal = {p.piece: p.score for p in proto.pieces if p.type in (1, 4)}  # normal, user-defined
-    missing = [piece for piece in normal if piece not in set(symbols)]
-    if missing:
-        raise TransformersExportError(
-            f"{len(missing)} pieces of {spm_path} are not in the model's dictionary (e.g. {missing[:3]}): pass --spm, "
-            "the SentencePiece model the corpus was encoded with")
+    normal = {p.piece: p.score for p in proto.pieces if p.type in (1, 4)}  # normal, user-defined (all in the
+    # dictionary: find_spm checked)
     vocab = [(s, normal.get(s, _NEVER)) for s in symbols]
     tokenizer = Tokenizer(models.Unigram(vocab, unk, False))
     spec = proto.normalizer_spec
@@ -382,7 +378,7 @@ def export_transformers(checkpoint, src: str, tgt: str, out_dir, data=None, spm=
                                           f"({'; '.join(reasons)}): {FAIRSEQ_INSTEAD}")
         tokens = language_tokens(cfg["task"], src, tgt, "transformers", TransformersExportError)
         data = data_dir(data, cfg["task"], src, tgt, TransformersExportError)
-        spm = find_spm(data, spm, TransformersExportError)
+        spm = find_spm(data, spm, TransformersExportError, src)
         src_dict, tgt_dict = _pair_dictionary(state, data, src, tgt)
         _check_dictionary(src_dict, tgt_dict, weights, data, checkpoint)
         special = {"bos": src_dict.bos(), "pad": src_dict.pad(), "eos": src_dict.eos(), "unk": src_dict.unk()}

@@ -42,6 +42,19 @@ class WeightsMismatch(ValueError):
     """A checkpoint whose weights do not fit the model this run builds."""
 
 
+def _vocabulary_misfit(differ, theirs, own) -> Optional[str]:
+    """One line when the only weights that do not fit are the embeddings' and the output projection's rows:
+    the run's dictionary (its data directory, its --langs) is not the checkpoint's, whatever the --arch."""
+    vocab_keys = ("embed_tokens.weight", "output_projection.weight")
+    if not differ or not all(k.endswith(vocab_keys) and theirs[k][1:] == own[k][1:] for k in differ):
+        return None
+    was, here = theirs[differ[0]][0], own[differ[0]][0]
+    more = f"{here - was} more" if here > was else f"{was - here} fewer"
+    return (f"the checkpoint was trained with a dictionary of {was} entries (language tokens included) but this "
+            f"run's has {more} ({here}): pass the data directory the checkpoint was trained on (the same dict.txt) "
+            f"and the same --langs")
+
+
 def _first(encoder_out, key) -> Optional[Tensor]:
     value = encoder_out.get(key) if encoder_out is not None else None
     return value[0] if value else None
@@ -185,7 +198,11 @@ class LanguageAwareTransformerModel(ConfigTransformerModel):
         own = {k: tuple(v.shape) for k, v in self.state_dict().items()}
         theirs = {k: tuple(v.shape) for k, v in state_dict.items()}
         missing, extra = sorted(set(own) - set(theirs)), sorted(set(theirs) - set(own))
-        shapes = [f"{k} {theirs[k]} there, {own[k]} here" for k in sorted(set(own) & set(theirs)) if own[k] != theirs[k]]
+        differ = [k for k in sorted(set(own) & set(theirs)) if own[k] != theirs[k]]
+        vocab = _vocabulary_misfit(differ, theirs, own) if not (missing or extra) else None
+        if vocab:
+            return vocab
+        shapes = [f"{k} {theirs[k]} there, {own[k]} here" for k in differ]
         details = ", ".join(part for part in (
             f"missing {', '.join(missing[:2])}" + (f" and {len(missing) - 2} more" if len(missing) > 2 else "") if missing else "",
             f"unexpected {', '.join(extra[:2])}" + (f" and {len(extra) - 2} more" if len(extra) > 2 else "") if extra else "",

@@ -44,6 +44,8 @@ CORPUS_FLAGS = dict(num_langs=8, selection="spread", vocab_size=8000, workers=2)
 # pair of the 8 languages (up to 200 sentences each; pairs with fewer than 20 left out: docs/data.md)
 CORPUS_DIRECTION = {"o2m": "o2m", "m2o": "m2o", "m2m": "both"}
 ZERO_SHOT_FLAGS = {"m2m": dict(zero_shot_spec="all")}
+DIRECTION_NAMES = {"o2m": "one-to-many (one source language)", "m2o": "many-to-one (one target language)",
+                   "m2m": "many-to-many"}
 # Updates per second of one training process, two at a time on two otherwise idle cores, for the
 # --dry-run estimate: measured in the O2M head-to-head on an AMD EPYC machine (2,000 updates in
 # 1,077-1,238 s: docs/head_to_head.md, Sizing). The Intel Xeon this machine kind has also been ran the
@@ -87,6 +89,21 @@ class Corpus:
             return []
         with open(os.path.join(self.path, "manifest.json"), encoding="utf-8") as f:
             return list(json.load(f).get("zero_shot_pairs") or [])
+
+    def check_direction(self) -> None:
+        """Refuse a built corpus whose trained directions are of another set than ``direction`` (an
+        English-to-many corpus given as ``--corpus m2o=DIR`` would train the M2O models on O2M pairs)."""
+        if not self.exists:
+            return
+        pairs = [p.split("-") for p in self.lang_pairs.split(",")]
+        sources, targets = {s for s, _ in pairs}, {t for _, t in pairs}
+        fits = {"o2m": len(sources) == 1, "m2o": len(targets) == 1}  # one direction is either
+        fits["m2m"] = not any(fits.values())
+        if not fits[self.direction]:
+            actual = next(d for d, ok in fits.items() if ok)
+            raise ValueError(f"--corpus {self.direction}={self.path}: its trained directions ({self.lang_pairs}) "
+                             f"are {DIRECTION_NAMES[actual]}, not {DIRECTION_NAMES[self.direction]}: pass it as "
+                             f"--corpus {actual}={self.path} with --directions {actual}")
 
     def prepare(self):
         from ..data.gettext_corpus import prepare_gettext
@@ -187,6 +204,8 @@ def plan(models: Sequence[str], directions: Sequence[str], seeds: Sequence[int],
     extra = check_train_flags(train_flags)
     runs = [Run(d, m, s, os.path.join(runs_dir, d, m.name, f"seed{s}"), Corpus(corpora[d], d), updates, extra)
             for d in directions for s in seeds for m in chosen]
+    for d in directions:
+        Corpus(corpora[d], d).check_direction()
     for run in runs:
         check_updates(run.dir, updates, "pass the same --updates or another --runs-dir")
         before = trained_with(run)
