@@ -452,6 +452,7 @@ def test_a_head_to_head_outside_the_record_leaves_the_records_report_alone(tmp_p
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "manifest.json").write_text("{}")
+    (corpus / "lang_pairs.txt").write_text("en-xx,en-yy\n")
 
     def execute(runs, jobs, device="cpu", stream=None, record_dir=None):  # the runs, as recorded
         make_record(record_dir, models=("baseline", "lsl"), seeds=(1,))
