@@ -247,6 +247,16 @@ def test_rerun_is_a_noop_changed_input_needs_force(tmp_path, capsys):
     assert reuse["spm"]["given_model"] == str(out / "spm.model")
 
 
+def test_fewer_pieces_than_asked_are_reported_and_recorded(tmp_path, capsys):
+    src = write_tsv(tmp_path / "en-xx.tsv", DATA["en-xx"][:300])
+    m = pc.prepare_data(tmp_path / "corpus", [src], **{**SMALL, "vocab_size": 5000})
+    built = m["vocab_size"]
+    assert built < 5000 and m["config"]["vocab_size"] == 5000  # asked in the config, built beside it
+    said = [line for line in capsys.readouterr().out.splitlines() if "SentencePiece built" in line]
+    assert said == [f"SentencePiece built {built:,} pieces, not the 5,000 asked: the text has fewer distinct "
+                    f"pieces; pass --vocab-size {built} or more text"]
+
+
 def one_error_line(err, command="prepare-data"):
     """The error line of stderr, checked to be the only one (progress bars aside) and no traceback."""
     assert "Traceback" not in err, err

@@ -326,7 +326,9 @@ def spm_sample(lang_files, temperature=None, total=None, per_language=None, salt
 
 def train_spm_model(tmp, sentences, vocab_size, character_coverage=0.9995, model_type="unigram"):
     """Joint SentencePiece model trained in memory on ``sentences`` (one thread: the model is
-    byte-identical across runs); writes spm.model and spm.vocab into ``tmp``."""
+    byte-identical across runs); writes spm.model and spm.vocab into ``tmp``. A text with fewer
+    distinct pieces than ``vocab_size`` gets a smaller model (``hard_vocab_limit=False``); one
+    line then says so."""
     import sentencepiece as spm
 
     tqdm.write(f"training SentencePiece ({model_type}, {vocab_size} pieces) on "
@@ -338,7 +340,12 @@ def train_spm_model(tmp, sentences, vocab_size, character_coverage=0.9995, model
         model_type=model_type, character_coverage=character_coverage, hard_vocab_limit=False,
         input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
         num_threads=1)  # the model depends on the thread count; one thread keeps it fixed
-    return _write_spm_model(tmp, model.getvalue())
+    sp = _write_spm_model(tmp, model.getvalue())
+    built = sp.get_piece_size()
+    if built < vocab_size:
+        tqdm.write(f"SentencePiece built {built:,} pieces, not the {vocab_size:,} asked: the text has fewer "
+                   f"distinct pieces; pass --vocab-size {built} or more text")
+    return sp
 
 
 def check_spm_model(path):
