@@ -24,7 +24,7 @@ from .command_line import add_command
 from .evaluation import GROUP_ORDER, EvaluationError, _averages, _csv, _fmt, _read_json, read_references
 from . import off_target, significance
 from .option_ranges import Range
-from .result_kinds import EVALUATE_JSON, json_kind
+from .result_kinds import EVALUATE_JSON, file_kind, json_kind
 
 LABELS = significance.METRIC_LABELS
 ALPHA = significance.ALPHA  # the level the tables mark
@@ -324,12 +324,27 @@ def split_item(item: str) -> Tuple[Optional[str], str]:
     return name, path
 
 
+def _results_in(directory: str) -> str:
+    """What to pass instead of ``directory``: the one evaluate results JSON it holds, if exactly one."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        names = []
+    found = [os.path.join(directory, f) for f in names if f.endswith(".json")]
+    found = [f for f in found if os.path.isfile(f) and file_kind(f) == EVALUATE_JSON]
+    if len(found) == 1:
+        return f"pass the results JSON in it, {found[0]}"
+    return "pass the results JSON that `langshare evaluate --out-json` wrote"
+
+
 def read_runs(items: Sequence[str]) -> List[Tuple[str, dict]]:
     """NAME=RESULTS.json (or a path, named by its file name) -> [(name, results)]."""
     runs = []
     for item in items:
         name, path = split_item(item)
         name = name or os.path.splitext(os.path.basename(path))[0]
+        if os.path.isdir(path):
+            raise EvaluationError(f"{path} is a directory, not a results JSON: {_results_in(path)}")
         if not os.path.isfile(path):
             raise EvaluationError(f"results JSON not found: {path} (write one with `langshare evaluate --out-json`)")
         results = _read_json(path, "results JSON")

@@ -73,3 +73,19 @@ def test_compare_recognises_files_of_another_kind(tmp_path, capsys, kind):
     code, line = langshare(capsys, "compare", a, other, "--no-significance")
     assert (code, line) == (2, f"langshare compare: error: {other} is {what}, not `langshare evaluate` results: "
                                "pass files written by langshare evaluate --out-json"), line
+
+
+@pytest.mark.parametrize("held", [1, 0])
+def test_a_directory_is_refused_naming_the_results_json_to_pass(tmp_path, capsys, held):
+    """Was: `a=DIR` said "results JSON not found" of a directory that exists."""
+    b = write(tmp_path, "b", results({"en-xx": 30.0}))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "notes.json").write_text("{}")  # not results: not offered
+    if held:
+        write(run, "scores", results({"en-xx": 28.0}))
+        fix = f"pass the results JSON in it, {run / 'scores.json'}"
+    else:
+        fix = "pass the results JSON that `langshare evaluate --out-json` wrote"
+    code, line = langshare(capsys, "compare", f"a={run}", b, "--no-significance")
+    assert (code, line) == (2, f"langshare compare: error: {run} is a directory, not a results JSON: {fix}"), line
