@@ -51,7 +51,7 @@ from .tasks.multilingual_langshare import options_as_namespace
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["export_pair", "generate_command", "ExportError", "PLAIN_ARCH"]
+__all__ = ["export_pair", "check_pair", "generate_command", "ExportError", "PLAIN_ARCH"]
 
 PLAIN_ARCH = "transformer"
 PLAIN_TASK = "translation_multi_simple_epoch"
@@ -166,9 +166,17 @@ def _model_class(model_cfg):
     return cls
 
 
+def check_pair(src: str, tgt: str) -> None:
+    """Refuse a pair with the same language on both sides (every --format, before anything is read)."""
+    if src == tgt:
+        raise ExportError(f"--src and --tgt are both {src!r}; a pair needs two different languages: pass another "
+                          "--tgt (one of the checkpoint's --langs)")
+
+
 def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) -> Dict:
     """Write the ``src``->``tgt`` sub-network of ``checkpoint`` to ``out_path`` as a plain fairseq
     transformer checkpoint; return (and print) its size against the full checkpoint."""
+    check_pair(src, tgt)
     checkpoint, out_path = Path(checkpoint), Path(out_path)
     if not checkpoint.is_file():
         raise FileNotFoundError(f"no checkpoint {checkpoint}: pass the .pt file fairseq-train wrote")

@@ -129,6 +129,19 @@ def test_unknown_language_is_a_clear_error_and_writes_nothing(trained, tmp_path)
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("fmt", export_command.FORMATS)
+def test_same_language_on_both_sides_is_refused_and_writes_nothing(run, tmp_path, capsys, fmt):
+    """Was: `--src en --tgt en` exported (prepare-data refuses such a direction)."""
+    from cli_checks import langshare
+
+    out = tmp_path / "out"
+    code, line = langshare(capsys, "export", run / "checkpoint_last.pt", "--src", "en", "--tgt", "en", "--out", out,
+                           "--format", fmt)
+    assert (code, line) == (2, "langshare export: error: --src and --tgt are both 'en'; a pair needs two different "
+                               "languages: pass another --tgt (one of the checkpoint's --langs)"), line
+    assert not list(tmp_path.iterdir())
+
+
 def test_search_checkpoint_is_refused(corpus, tmp_path):
     from test_lsl import save_checkpoint
 

@@ -6,7 +6,7 @@ module imports ``export`` and the format modules, none of them imports this one,
 optional libraries (CTranslate2, transformers) load only when their format runs.
 """
 
-from ..export import ExportError, export_pair
+from ..export import ExportError, check_pair, export_pair
 
 __all__ = ["add_subcommand"]
 
@@ -19,6 +19,7 @@ def _run(args) -> int:
     for option, formats in _OPTIONS.items():
         if getattr(args, option) and args.format not in formats:
             raise ExportError(f"--{option} applies to --format {' and '.join(formats)} only")
+    check_pair(args.src, args.tgt)
     if args.format == "ctranslate2":
         from .ctranslate2_export import export_ctranslate2
 
