@@ -239,7 +239,7 @@ def add_off_target(results: Dict, corpus_dir: Optional[str] = None, identifier: 
         row.update(direction_rate(identifier, hypotheses[d], d.split("-")[1], measured))
     left_out = {lang: m["note"] for lang, m in measured.items() if not m["included"]}
     results["off_target"] = {"identifier": identifier.name, "rules": rules(), "split": split, "languages": measured,
-                             "left_out": left_out}
+                             "left_out": left_out, "too_short": too_short([results["directions"]], left_out)}
     _add_averages(results)
     return results
 
@@ -251,8 +251,20 @@ def _add_averages(results):
         avg.update(group_average(members))
 
 
+def too_short(runs: Sequence[Dict[str, Dict]], left_out: Dict) -> List[str]:
+    """The directions (of ``runs``' direction rows) into a measured language with no rate because no
+    hypothesis of any run holding them is long enough to identify."""
+    found = []
+    for d in dict.fromkeys(d for rows in runs for d in rows):
+        rows = [rows[d] for rows in runs if d in rows]
+        if d.split("-")[1] not in left_out and all(r.get("off_target_identified") == 0 for r in rows):
+            found.append(d)
+    return found
+
+
 def note(info: Optional[Dict]) -> Optional[str]:
-    """One sentence for a table: what the rate is and which target languages it leaves out."""
+    """One sentence for a table: what the rate is, which target languages it leaves out and which
+    directions have no hypothesis long enough to measure."""
     if not info:
         return None
     if "identifier" not in info:
@@ -262,6 +274,9 @@ def note(info: Optional[Dict]) -> Optional[str]:
     left = info.get("left_out") or {}
     if left:
         text += "; not measured into " + "; ".join(f"{lang} ({why})" for lang, why in left.items())
+    if info.get("too_short"):
+        text += (f"; - for {', '.join(info['too_short'])}: no hypothesis of >= {info['rules']['min_chars']} "
+                 "characters to identify")
     return text + "."
 
 
@@ -282,6 +297,8 @@ def add_to_comparison(cmp: Dict, systems: Dict[str, List[Dict]]) -> None:
                              f"({a} against {b}); recompute them with `langshare off-target CORPUS --results ...`")
     first = next(r for seeds in systems.values() for r in seeds if (r.get("off_target") or {}).get("identifier"))
     cmp["off_target"] = {k: v for k, v in first["off_target"].items() if k != "languages"}
+    cmp["off_target"]["too_short"] = sorted({d for seeds in systems.values() for d in too_short(
+        [r["directions"] for r in seeds], cmp["off_target"].get("left_out") or {})}, key=list(cmp["directions"]).index)
     for name, seeds in systems.items():
         groups = list(cmp["systems"][name]["averages"])
         cmp["systems"][name]["off_target"] = {

@@ -133,6 +133,18 @@ def test_bokmal_and_nynorsk_of_the_gettext_catalogues_are_left_out(tmp_path):
     assert not measured["languages"]["nb"]["included"] and not measured["languages"]["nn"]["included"]
 
 
+def test_note_names_a_direction_without_a_hypothesis_long_enough(tmp_path):
+    """Was: `-` for such a direction, while the note only explained the languages left out."""
+    corpus = reference_corpus(tmp_path / "c", ["en", "fr", "de"])
+    results = {"corpus": corpus, "split": "test", "directions": {"en-fr": {"group": "high"}, "en-de": {"group": "low"}},
+               "averages": {"all": {}}, "hypotheses": {"en-fr": sentences("fr", 20, 7), "en-de": ["der Hund", "ja"]}}
+    off_target.add_off_target(results)
+    assert results["directions"]["en-de"]["off_target"] is None
+    said = "- for en-de: no hypothesis of >= 20 characters to identify"
+    assert said in off_target.note(results["off_target"]) and "en-fr:" not in off_target.note(results["off_target"])
+    assert said in comparison.comparison_markdown(comparison.compare([("a", results)], test=False))
+
+
 def test_comparison_shows_the_rate_and_refuses_other_rules():
     def run(rate, rules=None):
         info = {"identifier": "py3langid 0.4.0", "rules": rules or off_target.rules(), "left_out": {"nn": "why"}}
