@@ -10,7 +10,7 @@ import shlex
 import pytest
 
 from fairseq_langshare.analysis.inference_cost import cost_signature
-from fairseq_langshare.recipes import head_to_head, head_to_head_report, head_to_head_runs
+from fairseq_langshare.recipes import head_to_head, head_to_head_record, head_to_head_report, head_to_head_runs
 from fairseq_langshare.recipes.head_to_head_models import MODELS, H2HModel
 from fairseq_langshare.recipes.head_to_head_runs import Corpus, Run, equal_cost_problems, plan, profile, train_argv
 
@@ -201,6 +201,35 @@ def test_finished_runs_are_skipped_on_rerun(tmp_path, monkeypatch):
     broken = Run("o2m", fresh.model, 2, str(tmp_path / "o2m/d/seed2"), fresh.corpus, 10)
     failures = head_to_head_runs.execute([broken], jobs=1, stream=io.StringIO())
     assert len(failures) == 1 and "fairseq-train failed" in failures[0] and broken.status == "to train"
+
+
+# fairseq-train's json log of a run resumed once: its wall meter continues from the checkpoint
+RESUMED_LOG = """\
+2026-11-28 06:00:00 | INFO | train_inner | {"epoch": 1, "update": 0.09, "loss": "9.1", "num_updates": "100", "train_wall": "31", "wall": "80"}
+2026-11-28 06:20:00 | INFO | train | {"epoch": 1, "train_loss": "7.9", "train_num_updates": "1080", "train_train_wall": "300", "train_wall": "900"}
+2026-11-28 07:00:00 | INFO | fairseq.trainer | Loaded checkpoint runs/x/checkpoint_last.pt (epoch 2 @ 1500 updates)
+2026-11-28 07:25:38 | INFO | train_inner | {"epoch": 2, "update": 1.847, "loss": "6.129", "num_updates": "2000", "train_wall": "71", "wall": "1531"}
+2026-11-28 07:25:40 | INFO | train | {"epoch": 2, "train_loss": "6.397", "train_num_updates": "2000", "train_train_wall": "520", "train_wall": "1533"}
+2026-11-28 07:25:40 | INFO | fairseq_cli.train | done training in 1529.9 seconds
+"""
+
+
+def test_a_run_trained_by_an_earlier_process_records_its_training_time(tmp_path, monkeypatch):
+    """Was: a run trained before the head-to-head was interrupted (a lost machine) and evaluated by the
+    next one was recorded with 0 s of training, the time of this process's train call; the time is
+    fairseq's wall meter, which a resume continues."""
+    monkeypatch.setattr(head_to_head_runs, "_call", _fake_call([]))
+    monkeypatch.setattr(head_to_head_runs, "profile", lambda run, checkpoint=None: {})
+    monkeypatch.setattr(head_to_head_record, "write_references", lambda *args: None)
+    (tmp_path / "langs.txt").write_text("en\nfr\n")
+    (tmp_path / "lang_pairs.txt").write_text("en-fr\n")
+    run = _fake_run(tmp_path, "a", evaluated=False)
+    with open(os.path.join(run.dir, "train.log"), "w") as f:
+        f.write(RESUMED_LOG)
+    record = str(tmp_path / "record")
+    assert head_to_head_runs.execute([run], jobs=1, stream=io.StringIO(), record_dir=record) == []
+    written = head_to_head_record.load(head_to_head_record.run_path(record, "o2m", "a", 1))
+    assert written["wall_seconds"]["train"] == 1533.0 and written["wall_seconds"]["evaluate"] < 60
 
 
 def test_train_flags_follow_the_head_to_heads_and_a_run_trained_with_other_flags_is_refused(

@@ -112,6 +112,25 @@ def last_validation(log_path: str) -> Optional[Dict]:
     return last
 
 
+def training_seconds(log_path: str) -> Optional[float]:
+    """The wall time fairseq-train logged last in json format (``wall`` of its ``train_inner`` lines,
+    ``train_wall`` of its epoch lines): it counts from the first start, since a resume restores the
+    meter from the checkpoint, so a run trained by an earlier process or over several still has it."""
+    last = None
+    if os.path.isfile(log_path):
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key = "wall" if "| train_inner |" in line else "train_wall" if "| train |" in line else None
+                start = line.find("{")
+                if key is None or start < 0:
+                    continue
+                try:
+                    last = float(json.loads(line[start:])[key])
+                except (ValueError, KeyError):
+                    continue
+    return last
+
+
 def _sha256_lines(lines) -> str:
     return hashlib.sha256("".join(line + "\n" for line in lines).encode("utf-8")).hexdigest()
 

@@ -405,6 +405,8 @@ def record_run(record_dir: str, run: Run, seconds: Dict[str, float]) -> str:
     from ..evaluation import _read_json
 
     results = _read_json(run.results, "results")
+    logged = head_to_head_record.training_seconds(os.path.join(run.dir, "train.log"))
+    seconds = {**seconds, **({"train": logged} if logged is not None else {})}
     head_to_head_record.write_references(record_dir, run.direction, results)
     record = {
         "format": head_to_head_record.FORMAT, "direction": run.direction, "model": run.model.name, "seed": run.seed,
@@ -415,7 +417,7 @@ def record_run(record_dir: str, run: Run, seconds: Dict[str, float]) -> str:
         "corpus": {"path": run.corpus.path, "langs": run.corpus.langs, "lang_pairs": run.corpus.lang_pairs},
         "profile": profile(run, checkpoint=run.checkpoint),
         "validation": head_to_head_record.last_validation(os.path.join(run.dir, "train.log")),
-        "wall_seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "wall_seconds": {k: round(v, 1) for k, v in seconds.items()},  # training: fairseq's, where logged
         "provenance": head_to_head_record.provenance(),
         "results": results,
     }
