@@ -17,14 +17,15 @@ with (named when a resume builds another model). A checkpoint written before the
 loaded without that check.
 """
 
+import hashlib
 import logging
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LanguageInventory", "LanguageInventoryMismatch", "encode_inventory", "decode_inventory", "decode_settings",
+__all__ = ["LanguageInventory", "LanguageInventoryMismatch", "dictionary_fingerprint", "encode_inventory", "decode_inventory", "decode_settings",
            "TOKEN_FLAGS"]
 
 # the language-token flags stored with the inventory, as ``--flag``: value ("" when off)
@@ -33,6 +34,24 @@ TOKEN_FLAGS = ("encoder-langtok", "decoder-langtok", "lang-tok-style", "lang-tok
 
 class LanguageInventoryMismatch(ValueError):
     pass
+
+
+def dictionary_fingerprint(dicts, langs: Sequence[str]) -> str:
+    """``LANG:SIZE:SHA;...`` for the task's dictionary of each language: its size and a hash of its
+    entries in order but the language tokens of ``langs`` (either style; fairseq appends them in
+    ``--langs`` order, which the inventory checks itself). Stored with the inventory, so that a
+    checkpoint decoded with another corpus's dictionary of the same size (same languages, same
+    --vocab-size) is refused, not misread; per language, since a decoding loads its pair's only."""
+    tokens = {f"__{lang}__" for lang in langs} | {f"[{lang}]" for lang in langs}
+
+    def sha(d):
+        return hashlib.sha256("\n".join(s for s in d.symbols if s not in tokens).encode("utf-8")).hexdigest()[:12]
+
+    return ";".join(f"{lang}:{len(d)}:{sha(d)}" for lang, d in sorted(dicts.items()))
+
+
+def _fingerprints(text: str) -> Dict[str, Tuple[str, str]]:
+    return {lang: (size, sha) for lang, size, sha in (part.rsplit(":", 2) for part in text.split(";") if part)}
 
 
 def encode_inventory(langs: Sequence[str], settings: Optional[Dict[str, str]] = None) -> torch.Tensor:
@@ -72,12 +91,15 @@ def _flags(tokens: Dict[str, str], keys) -> str:
 class LanguageInventory:
     """Code <-> id mapping shared by the task (which emits ids) and the model (which stores it)."""
 
-    def __init__(self, langs: Sequence[str], order_fixed_by: str = "", tokens: Optional[Dict[str, str]] = None):
+    def __init__(self, langs: Sequence[str], order_fixed_by: str = "", tokens: Optional[Dict[str, str]] = None,
+                 dictionary: str = ""):
         """``order_fixed_by``: why the order itself matters beyond the ids (e.g. the task adds
         language tokens to the dictionary in ``--langs`` order); then a reorder is refused.
-        ``tokens``: this run's language-token flags (``TOKEN_FLAGS``), checked against a checkpoint's."""
+        ``tokens``: this run's language-token flags (``TOKEN_FLAGS``), checked against a checkpoint's;
+        ``dictionary``: its dictionaries' ``dictionary_fingerprint``, likewise."""
         self.order_fixed_by = order_fixed_by
         self.tokens = dict(tokens or {})
+        self.dictionary = dictionary
         langs = list(langs)
         dupes = sorted({c for c in langs if langs.count(c) > 1})
         if dupes:
@@ -115,10 +137,26 @@ class LanguageInventory:
                 f"{fix} (a model reads the language tokens it was trained with)"
             )
 
+    def check_dictionary(self, stored: Optional[str], where: str = "checkpoint") -> None:
+        """Refuse another dictionary of the same size than the weights were trained with (of another
+        size, the weights' shapes do not fit and loading says so)."""
+        if not stored or not self.dictionary or stored == self.dictionary:
+            return
+        theirs, own = _fingerprints(stored), _fingerprints(self.dictionary)
+        for lang in sorted(set(theirs) & set(own)):
+            (size, sha), (own_size, own_sha) = theirs[lang], own[lang]
+            if size == own_size and sha != own_sha:
+                raise LanguageInventoryMismatch(
+                    f"the {where} was trained with another dictionary of the same size ({size} entries for {lang}, "
+                    f"other entries or another order): pass the data directory the {where} was trained on (the "
+                    f"same dict.txt) and the same --langs")
+
     def adopt(self, stored: Sequence[str], where: str = "checkpoint", settings: Optional[Dict[str, str]] = None) -> None:
         """Make ids follow ``stored`` (the inventory the weights were trained with); ``settings``: the
-        language-token flags stored with it, checked first."""
+        language-token flags and the dictionary stored with it, checked first."""
         self.check_tokens(settings or {}, where)
+        if sorted(stored) == sorted(self.langs):  # (other languages: refused below, naming them)
+            self.check_dictionary((settings or {}).get("dictionary"), where)
         stored = list(stored)
         if stored == self.langs:
             self._pinned_by = self._pinned_by or where

@@ -122,6 +122,22 @@ def test_decoding_on_another_corpus_names_the_dictionary_not_the_arch(corpus, ru
 
 # ----------------------------------------------------------------------------- silent cases
 
+def test_decoding_with_another_dictionary_of_the_same_size_is_refused(corpus, run, eval_corpus, capsys):
+    """Two corpora prepared alike (same languages, same --vocab-size) have dictionaries of the same size:
+    a checkpoint decoded with the other one's loaded and translated into garbage without a word."""
+    for path in (eval_corpus / "bin").glob("dict*.txt"):
+        lines = path.read_text().splitlines(keepends=True)
+        lines[4], lines[5] = lines[5], lines[4]  # the same entries, two of them swapped
+        path.write_text("".join(lines))
+    argv = task_args({**corpus, "bin": eval_corpus / "bin"}) + ["--path", str(run / "checkpoint_last.pt")] + GEN
+    line = fairseq_error(generate, argv, prog="fairseq-generate")
+    assert "trained with another dictionary of the same size" in line, line
+    assert line.endswith("pass the data directory the checkpoint was trained on (the same dict.txt) and the same "
+                         "--langs"), line
+    code, err = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx")
+    assert code == 2 and "trained with another dictionary of the same size" in err, err
+
+
 @pytest.mark.parametrize("flags,message", [
     ([], "trained with --encoder-langtok tgt but this run has no --encoder-langtok; pass --encoder-langtok tgt"),
     (["--encoder-langtok", "src"], "trained with --encoder-langtok tgt but this run has --encoder-langtok src; "
@@ -143,9 +159,12 @@ def test_language_token_settings_travel_with_the_inventory(run):
 
     stored = torch.load(run / "checkpoint_last.pt", weights_only=True)["model"]["lang_inventory"]
     assert decode_inventory(stored) == ["en", "xx", "yy"]
-    assert decode_settings(stored) == {"arch": "langshare_transformer_tiny", "encoder-langtok": "tgt",
-                                       "decoder-langtok": "", "lang-tok-style": "multilingual",
-                                       "lang-tok-replacing-bos-eos": ""}
+    settings = decode_settings(stored)
+    fingerprint = settings.pop("dictionary").split(";")  # LANG:SIZE:SHA per language
+    assert [f.split(":")[0] for f in fingerprint] == ["en", "xx", "yy"]
+    assert settings == {"arch": "langshare_transformer_tiny", "encoder-langtok": "tgt",
+                        "decoder-langtok": "", "lang-tok-style": "multilingual",
+                        "lang-tok-replacing-bos-eos": ""}
 
 
 def test_sparse_t_bar_past_max_update_is_refused_at_start_up(corpus, tmp_path, caplog):

@@ -173,7 +173,8 @@ class LanguageAwareTransformerModel(ConfigTransformerModel):
         self.lang_inventory = self._encoded_inventory()
 
     def _encoded_inventory(self):
-        settings = {**self.inventory.tokens, "arch": str(getattr(self.args, "arch", None) or type(self).__name__)}
+        settings = {**self.inventory.tokens, "arch": str(getattr(self.args, "arch", None) or type(self).__name__),
+                    **({"dictionary": self.inventory.dictionary} if self.inventory.dictionary else {})}
         return encode_inventory(self.inventory.langs, settings).to(self.lang_inventory.device)
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):

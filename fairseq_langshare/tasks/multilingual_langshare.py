@@ -36,7 +36,7 @@ from omegaconf import II, OmegaConf
 
 from ..data.binarized import sentence_count
 from ..distributed_launch import check_training_is_distributed
-from ..languages import LanguageInventory
+from ..languages import LanguageInventory, dictionary_fingerprint
 from ..option_ranges import Range, check_ranges
 from ..user_errors import fairseq_cli
 from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
@@ -278,6 +278,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
             tokens={"encoder-langtok": encoder_spec or "", "decoder-langtok": decoder_spec or "",
                     "lang-tok-style": args.lang_tok_style or "",
                     "lang-tok-replacing-bos-eos": "1" if args.lang_tok_replacing_bos_eos else ""},
+            dictionary=dictionary_fingerprint(dicts, langs),
         )
         self._updates_checked = False  # check_resumed_updates, at the first training step
         self._input_lines = 0  # raw lines fairseq-interactive has handed over so far
