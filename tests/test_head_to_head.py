@@ -76,7 +76,7 @@ def test_plan_every_model_runs_the_baselines_layers_and_widths(corpora, tmp_path
         assert f"| {m.name} | `--arch {m.arch}" in text
         assert f"to train     o2m/{m.name}/seed1" in text
     assert text.count("every model runs the baseline's layers and widths per sentence") == 2
-    assert re.search(r"14 runs to do: about \d+\.\d h on 2 otherwise idle cores", text)
+    assert re.search(rf"{2 * len(MODELS)} runs to do: about \d+\.\d h on 2 otherwise idle cores", text)
 
 
 def test_plan_refuses_a_model_that_runs_more(corpora, tmp_path, monkeypatch):

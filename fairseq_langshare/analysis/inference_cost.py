@@ -122,7 +122,8 @@ def _unique(tensors) -> int:
 
 def parameters(model, pair_ids: Dict[str, Sequence[int]], model_cfg=None) -> Dict:
     """{"total", "per_pair": {pair: n}}: tied weights counted once; per pair the model's
-    ``effective_parameters`` or its per-pair export (``export_state_dict``), else the total."""
+    ``effective_parameters`` or its per-pair export (``export_state_dict``; one that refuses the
+    configuration is an error naming ``effective_parameters``), else the total."""
     total = _unique(model.parameters())
     per_pair = {}
     state = model.state_dict()
@@ -131,7 +132,15 @@ def parameters(model, pair_ids: Dict[str, Sequence[int]], model_cfg=None) -> Dic
         if hasattr(model, "effective_parameters"):
             per_pair[pair] = int(model.effective_parameters(src, tgt))
         elif hasattr(type(model), "export_state_dict") and model_cfg is not None:
-            weights = type(model).export_state_dict(state, model_cfg, src, tgt)[0]
+            from ..export import ExportError
+
+            try:
+                weights = type(model).export_state_dict(state, model_cfg, src, tgt)[0]
+            except ExportError as error:  # its advice is for `langshare export`, not for this count
+                raise ValueError(
+                    f"{type(model).__name__}: its export_state_dict refuses this configuration ({error}), so the "
+                    f"parameters a sentence of {pair} uses are unknown: give the model class a method "
+                    "effective_parameters(src_lang_id, tgt_lang_id) that counts them") from error
             per_pair[pair] = _unique(v for k, v in weights.items() if k.rsplit(".", 1)[-1] not in buffers)
         else:
             per_pair[pair] = total

@@ -26,7 +26,8 @@ class AuxiliaryReporter:
         return records
 
     def report_loss(self, name: str, value: Tensor, weight: float) -> None:
-        """Record a scalar loss for this batch; the criterion adds ``weight * value``."""
+        """Record a scalar loss for this batch; the criterion adds ``weight * value``. Compute ``value`` in
+        fp32 (``.float()`` before the reduction): a half loss overflows under ``--fp16``."""
         self._records()["losses"][name] = (value, float(weight))
 
     def report_stat(self, name: str, value) -> None:

@@ -29,7 +29,7 @@ class H2HModel:
     # `langshare analyze` commands (argv after "analyze") that draw what each language uses;
     # {ckpt}, {out} and {corpus} are filled in
     analysis: Tuple[Tuple[str, ...], ...] = ()
-    many_to_many: str = ""  # why its M2M flags, where they are not the same as O2M's and M2O's
+    many_to_many: str = ""  # why its M2M flags (every model but the baselines says, even "the same flags": tests/test_head_to_head_m2m.py)
 
     def argv(self, direction: str) -> Tuple[str, ...]:
         return ("--arch", self.arch) + tuple(self.flags[direction])
