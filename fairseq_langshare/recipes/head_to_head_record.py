@@ -94,21 +94,31 @@ def provenance() -> Dict:
             "sacrebleu": sacrebleu.__version__}
 
 
+def _logged_stats(log_path: str):
+    """(logger, stats) for every line fairseq logged its statistics on in json format
+    (``DATE | INFO | train_inner | {"epoch": ...}``), in order; nothing for a missing log."""
+    if not os.path.isfile(log_path):
+        return
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            start = line.find('{"epoch"')
+            if start < 0:
+                continue
+            try:
+                stats = json.loads(line[start:])
+            except ValueError:
+                continue
+            fields = line[:start].split(" | ")
+            yield (fields[2].strip() if len(fields) > 2 else ""), stats
+
+
 def last_validation(log_path: str) -> Optional[Dict]:
     """The last validation line fairseq logged in json format (loss, nll_loss, ppl at num_updates)."""
     last = None
-    if os.path.isfile(log_path):
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                start = line.find('{"epoch"')
-                if start < 0 or '"valid_loss"' not in line:
-                    continue
-                try:
-                    entry = json.loads(line[start:])
-                except ValueError:
-                    continue
-                last = {k[len("valid_"):]: float(v) for k, v in entry.items()
-                        if k in ("valid_loss", "valid_nll_loss", "valid_ppl", "valid_num_updates")}
+    for _, stats in _logged_stats(log_path):
+        if "valid_loss" in stats:
+            last = {k[len("valid_"):]: float(v) for k, v in stats.items()
+                    if k in ("valid_loss", "valid_nll_loss", "valid_ppl", "valid_num_updates")}
     return last
 
 
@@ -117,17 +127,10 @@ def training_seconds(log_path: str) -> Optional[float]:
     ``train_wall`` of its epoch lines): it counts from the first start, since a resume restores the
     meter from the checkpoint, so a run trained by an earlier process or over several still has it."""
     last = None
-    if os.path.isfile(log_path):
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key = "wall" if "| train_inner |" in line else "train_wall" if "| train |" in line else None
-                start = line.find("{")
-                if key is None or start < 0:
-                    continue
-                try:
-                    last = float(json.loads(line[start:])[key])
-                except (ValueError, KeyError):
-                    continue
+    for logger, stats in _logged_stats(log_path):
+        key = {"train_inner": "wall", "train": "train_wall"}.get(logger)
+        if key in stats:
+            last = float(stats[key])
     return last
 
 
