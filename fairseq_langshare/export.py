@@ -46,7 +46,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerModel
 from omegaconf import OmegaConf
 
 from .atomic_files import check_writable, write_atomic
-from .languages import decode_inventory
+from .languages import decode_inventory, decode_settings
 from .tasks.multilingual_langshare import options_as_namespace
 
 logger = logging.getLogger(__name__)
@@ -225,7 +225,9 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
             "num_updates": int(history[-1].get("num_updates", 0)),
         }],
         "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0},
-                        "langshare_export": {"from": str(checkpoint), "src": src, "tgt": tgt, "langs": langs}},
+                        "langshare_export": {"from": str(checkpoint), "src": src, "tgt": tgt, "langs": langs,
+                                             # the dictionaries it was trained with (a runtime export checks --data)
+                                             "dictionary": decode_settings(weights["lang_inventory"]).get("dictionary", "")}},
         "last_optimizer_state": None,
     }
     _retie(exported["model"], pair_weights)

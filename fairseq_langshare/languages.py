@@ -25,7 +25,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LanguageInventory", "LanguageInventoryMismatch", "dictionary_fingerprint", "encode_inventory", "decode_inventory", "decode_settings",
+__all__ = ["LanguageInventory", "LanguageInventoryMismatch", "dictionary_fingerprint", "same_size_other_dictionary", "encode_inventory", "decode_inventory", "decode_settings",
            "TOKEN_FLAGS"]
 
 # the language-token flags stored with the inventory, as ``--flag``: value ("" when off)
@@ -52,6 +52,21 @@ def dictionary_fingerprint(dicts, langs: Sequence[str]) -> str:
 
 def _fingerprints(text: str) -> Dict[str, Tuple[str, str]]:
     return {lang: (size, sha) for lang, size, sha in (part.rsplit(":", 2) for part in text.split(";") if part)}
+
+
+def same_size_other_dictionary(stored: Optional[str], own: Optional[str]) -> Optional[Tuple[str, str]]:
+    """(language, size) of the first language both ``dictionary_fingerprint``s hold whose dictionaries
+    have the same size but other entries (or another order); None when there is none, or when either
+    fingerprint is missing (a checkpoint from before they were stored). Dictionaries of other sizes
+    are left to the weights' shapes, which say so when they load."""
+    if not stored or not own or stored == own:
+        return None
+    theirs, ours = _fingerprints(stored), _fingerprints(own)
+    for lang in sorted(set(theirs) & set(ours)):
+        (size, sha), (own_size, own_sha) = theirs[lang], ours[lang]
+        if size == own_size and sha != own_sha:
+            return lang, size
+    return None
 
 
 def encode_inventory(langs: Sequence[str], settings: Optional[Dict[str, str]] = None) -> torch.Tensor:
@@ -140,16 +155,13 @@ class LanguageInventory:
     def check_dictionary(self, stored: Optional[str], where: str = "checkpoint") -> None:
         """Refuse another dictionary of the same size than the weights were trained with (of another
         size, the weights' shapes do not fit and loading says so)."""
-        if not stored or not self.dictionary or stored == self.dictionary:
-            return
-        theirs, own = _fingerprints(stored), _fingerprints(self.dictionary)
-        for lang in sorted(set(theirs) & set(own)):
-            (size, sha), (own_size, own_sha) = theirs[lang], own[lang]
-            if size == own_size and sha != own_sha:
-                raise LanguageInventoryMismatch(
-                    f"the {where} was trained with another dictionary of the same size ({size} entries for {lang}, "
-                    f"other entries or another order): pass the data directory the {where} was trained on (the "
-                    f"same dict.txt) and the same --langs")
+        other = same_size_other_dictionary(stored, self.dictionary)
+        if other:
+            lang, size = other
+            raise LanguageInventoryMismatch(
+                f"the {where} was trained with another dictionary of the same size ({size} entries for {lang}, "
+                f"other entries or another order): pass the data directory the {where} was trained on (the "
+                f"same dict.txt) and the same --langs")
 
     def adopt(self, stored: Sequence[str], where: str = "checkpoint", settings: Optional[Dict[str, str]] = None) -> None:
         """Make ids follow ``stored`` (the inventory the weights were trained with); ``settings``: the

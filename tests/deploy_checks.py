@@ -88,3 +88,14 @@ def one_line_error(capsys, prog="export"):
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"langshare {prog}: error: ") and "\n" not in err, err
     return err
+
+
+def same_size_dictionaries(spm_corpus, root):
+    """A data directory whose dictionaries are the corpus' with two entries swapped: the same size, so every
+    embedding fits, as with another corpus prepared alike (same languages, same --vocab-size)."""
+    root.mkdir()
+    for path in (spm_corpus / "bin").glob("dict*.txt"):
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        lines[4], lines[5] = lines[5], lines[4]
+        (root / path.name).write_text("".join(lines), encoding="utf-8")
+    return root

@@ -14,6 +14,7 @@ from fairseq_langshare.deploy.ctranslate2_export import DeployError, export_ctra
 from fairseq_langshare.deploy.translate import PairTranslator
 from fairseq_langshare.export import export_pair
 from deploy_checks import (LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, foreign_spm, interactive_pieces,
+                           same_size_dictionaries,
                            one_line_error, optional_library, raw, save_untrained)
 from tiny_corpus import PKG_DIR, build_task_and_model, generate, train
 
@@ -405,3 +406,18 @@ def test_truncated_checkpoint_next_to_a_dangling_symlink_is_explained(tmp_path, 
     err = one_line_error(capsys)
     assert f"cannot read checkpoint {tmp_path / 'checkpoint_last.pt'}" in err
     assert f"the newest readable checkpoint next to it is {tmp_path / 'checkpoint_best.pt'}" in err
+
+
+@needs_ctranslate2
+def test_dictionaries_of_the_same_size_but_other_entries_are_refused(spm_corpus, tmp_path, capsys):
+    """--data naming another corpus prepared alike: every embedding fits, so the converter used to write a model
+    that maps the rows to other pieces without a word; refused in one line, as decoding refuses it."""
+    _, model, args = build_task_and_model(corpus_of(spm_corpus), extra=["--share-all-embeddings"])
+    ckpt = save_untrained(model, args, tmp_path / "model.pt")
+    data = same_size_dictionaries(spm_corpus, tmp_path / "other")
+    assert langshare(["export", str(ckpt), "--src", "en", "--tgt", "fr", "--out", str(tmp_path / "ct2"), "--format",
+                      "ctranslate2", "--data", str(data), "--spm", str(spm_corpus / "spm.model")]) == 2
+    err = one_line_error(capsys)
+    assert f"the dictionaries in {data} are not those {ckpt} was trained with" in err, err
+    assert err.endswith("pass --data, the fairseq-preprocess directory the model was trained on"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "other"]

@@ -14,6 +14,7 @@ import torch
 from fairseq_langshare.cli import main as langshare
 from fairseq_langshare.deploy.transformers_export import TransformersExportError, export_transformers
 from deploy_checks import (LANGS, PAIRS, PLAIN_EXPORTS, TRAIN, corpus_of, foreign_spm, interactive_pieces,
+                           same_size_dictionaries,
                            one_line_error, optional_library, raw, save_untrained)
 from tiny_corpus import PKG_DIR, build_task_and_model, train
 
@@ -483,3 +484,17 @@ def test_missing_transformers_is_a_clear_error(tmp_path, capsys, monkeypatch):
                       "--out", str(tmp_path / "hf")]) == 2
     assert "transformers is not installed" in one_line_error(capsys)
     assert not list(tmp_path.iterdir())
+
+
+@needs_transformers
+def test_dictionaries_of_the_same_size_but_other_entries_are_refused(spm_corpus, tmp_path, capsys):
+    """--data naming another corpus prepared alike: every embedding fits, so the export used to go through and
+    map the model's rows to other pieces without a word; refused in one line, as decoding refuses it."""
+    _, ckpt = untrained(spm_corpus, tmp_path / "model.pt")
+    data = same_size_dictionaries(spm_corpus, tmp_path / "other")
+    assert langshare(["export", str(ckpt), "--src", "en", "--tgt", "fr", "--out", str(tmp_path / "hf"), "--format",
+                      "transformers", "--data", str(data), "--spm", str(spm_corpus / "spm.model")]) == 2
+    err = one_line_error(capsys)
+    assert f"the dictionaries in {data} are not those {ckpt} was trained with" in err, err
+    assert err.endswith("pass --data, the fairseq-preprocess directory the model was trained on"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "other"]

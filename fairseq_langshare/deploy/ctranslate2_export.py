@@ -22,8 +22,8 @@ import torch
 from ..export import ExportError
 from . import export_dir
 from .export_dir import MANIFEST, OutDir
-from .pair_export import (FAIRSEQ_INSTEAD, SPM_NAME, data_dir, find_spm, language_tokens, pair_manifest, plain_pair,
-                          require_library)
+from .pair_export import (FAIRSEQ_INSTEAD, SPM_NAME, data_dir, find_spm, language_tokens, pair_dictionaries,
+                          pair_manifest, plain_pair, require_library)
 
 __all__ = ["export_ctranslate2", "require_ctranslate2", "read_manifest", "DeployError", "QUANTIZATIONS",
            "MANIFEST", "SPM_NAME"]
@@ -99,6 +99,7 @@ def export_ctranslate2(checkpoint, src: str, tgt: str, out_dir, quantization: st
             tokens = language_tokens(cfg["task"], src, tgt, "CTranslate2's fairseq converter", DeployError)
             data = data_dir(data, cfg["task"], src, tgt, DeployError)
             spm = find_spm(data, spm, DeployError, src)
+            pair_dictionaries(state, data, src, tgt, checkpoint, DeployError)
             named_pt = Path(scratch) / "pair-args.pt"
             _converter_checkpoint(state, named_pt)
             converter = FairseqConverter(str(named_pt), str(data), source_lang=src, target_lang=tgt)

@@ -10,6 +10,7 @@ around a sentence of the pair (``language_tokens``); ``pair_manifest`` is what e
 optional library or says in one line how to install it.
 """
 
+import argparse
 import datetime
 import importlib
 import json
@@ -20,9 +21,10 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from ..export import PLAIN_ARCH, ExportError, export_pair
+from ..languages import dictionary_fingerprint, same_size_other_dictionary
 
-__all__ = ["plain_pair", "language_tokens", "data_dir", "find_spm", "pair_manifest", "require_library", "model_name",
-           "FAIRSEQ_INSTEAD", "SPM_NAME"]
+__all__ = ["plain_pair", "language_tokens", "data_dir", "find_spm", "pair_dictionaries", "pair_manifest",
+           "require_library", "model_name", "FAIRSEQ_INSTEAD", "SPM_NAME"]
 
 SPM_NAME = "spm.model"
 
@@ -88,6 +90,28 @@ def data_dir(data, task_cfg: Dict, src: str, tgt: str, error_cls) -> Path:
             raise error_cls(f"no dict.{lang}.txt in {data}: pass --data, the fairseq-preprocess directory the "
                             "model was trained on")
     return data
+
+
+def pair_dictionaries(state: Dict, data: Path, src: str, tgt: str, checkpoint: Path, error_cls):
+    """The source and target dictionaries fairseq's multilingual task builds for the exported pair
+    ``state`` (with its language tokens) from ``data``; refused by ``error_cls`` when they have the
+    size of those the model was trained with but other entries (another corpus prepared alike: every
+    embedding would fit and map to other pieces)."""
+    from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
+
+    exported = state["extra_state"]["langshare_export"]
+    args = argparse.Namespace(**state["cfg"]["task"])
+    args.data = str(data)
+    args.langs, args.lang_dict = list(exported["langs"]), None
+    args.source_lang, args.target_lang, args.lang_pairs = src, tgt, [f"{src}-{tgt}"]
+    task = TranslationMultiSimpleEpochTask.setup_task(args)
+    dicts = {src: task.source_dictionary, tgt: task.target_dictionary}
+    other = same_size_other_dictionary(exported.get("dictionary"), dictionary_fingerprint(dicts, exported["langs"]))
+    if other:
+        raise error_cls(f"the dictionaries in {data} are not those {checkpoint} was trained with ({other[1]} entries "
+                        f"for {other[0]}, as there, but other entries or another order): pass --data, the "
+                        "fairseq-preprocess directory the model was trained on")
+    return task.source_dictionary, task.target_dictionary
 
 
 def find_spm(data: Path, spm=None, error_cls=ExportError, lang: Optional[str] = None) -> Path:

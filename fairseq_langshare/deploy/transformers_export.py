@@ -56,8 +56,8 @@ import torch
 from ..export import ExportError
 from . import export_dir
 from .export_dir import OutDir
-from .pair_export import (FAIRSEQ_INSTEAD, SPM_NAME, data_dir, find_spm, language_tokens, pair_manifest, plain_pair,
-                          require_library)
+from .pair_export import (FAIRSEQ_INSTEAD, SPM_NAME, data_dir, find_spm, language_tokens, pair_dictionaries,
+                          pair_manifest, plain_pair, require_library)
 
 __all__ = ["export_transformers", "require_transformers", "read_manifest", "TransformersExportError", "FORMAT"]
 
@@ -195,19 +195,6 @@ def _generation_config(special: Dict[str, int], forced_bos, max_target_positions
 
 
 # --- tokenizer --------------------------------------------------------------------------------
-
-def _pair_dictionary(state: Dict, data: Path, src: str, tgt: str):
-    """The source and target dictionaries fairseq's multilingual task builds for the pair (with its
-    language tokens), from the data directory."""
-    from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
-
-    args = argparse.Namespace(**state["cfg"]["task"])
-    args.data = str(data)
-    args.langs, args.lang_dict = list(state["extra_state"]["langshare_export"]["langs"]), None
-    args.source_lang, args.target_lang, args.lang_pairs = src, tgt, [f"{src}-{tgt}"]
-    task = TranslationMultiSimpleEpochTask.setup_task(args)
-    return task.source_dictionary, task.target_dictionary
-
 
 def _check_dictionary(src_dict, tgt_dict, weights, data: Path, checkpoint: Path) -> None:
     if src_dict.symbols != tgt_dict.symbols:
@@ -379,7 +366,7 @@ def export_transformers(checkpoint, src: str, tgt: str, out_dir, data=None, spm=
         tokens = language_tokens(cfg["task"], src, tgt, "transformers", TransformersExportError)
         data = data_dir(data, cfg["task"], src, tgt, TransformersExportError)
         spm = find_spm(data, spm, TransformersExportError, src)
-        src_dict, tgt_dict = _pair_dictionary(state, data, src, tgt)
+        src_dict, tgt_dict = pair_dictionaries(state, data, src, tgt, checkpoint, TransformersExportError)
         _check_dictionary(src_dict, tgt_dict, weights, data, checkpoint)
         special = {"bos": src_dict.bos(), "pad": src_dict.pad(), "eos": src_dict.eos(), "unk": src_dict.unk()}
         eos_symbol = src_dict[special["eos"]]
