@@ -24,6 +24,7 @@ direction's hypotheses and the identity (path, sha256) of its references, so tha
 
 import argparse
 import contextlib
+import io
 import json
 import logging
 import os
@@ -492,6 +493,23 @@ def _check_generate_args(extra) -> None:
             raise EvaluationError(f"--generate-args sets {flag}, which evaluate sets itself: {fix}")
 
 
+def _check_generation_options(argv, extra) -> None:
+    """Parse fairseq-generate's options ``argv``, which end with ``extra`` (``--generate-args``): what
+    its parser refuses (an unknown or abbreviated flag, a bad value) is one line naming ``extra``, not
+    the parser's usage, before anything is decoded."""
+    from fairseq import options
+
+    parser_output = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(parser_output):
+            options.parse_args_and_arch(options.get_generation_parser(), input_args=argv)
+    except SystemExit:
+        lines = [line for line in parser_output.getvalue().splitlines() if ": error: " in line]
+        reason = lines[-1].split(": error: ", 1)[1] if lines else "its parser stopped"
+        raise EvaluationError(f"fairseq-generate refuses --generate-args {shlex.join(extra)!r} ({reason}): pass flags "
+                              "`fairseq-generate --help` lists, by their full names") from None
+
+
 def _translate(argv, results_dir, split, expected):
     """Run fairseq-generate with ``argv``; return detokenized hypotheses by sample id, and how many
     ids got none (sentences skipped as too long)."""
@@ -610,6 +628,8 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
     flags += ["--max-tokens", str(max_tokens)] if max_tokens else []
     flags += ["--batch-size", str(batch_size)] if batch_size else []
     flags += _task_flags(task_name, task_cfg) + extra
+    first = directions[0].split("-")  # what fairseq-generate refuses, refused before anything is decoded
+    _check_generation_options([corpus.bin, "-s", first[0], "-t", first[1], "--results-path", "unused"] + flags, extra)
 
     references = {d: reference_identity(corpus.reference_path(split, *d.split("-"))) for d in directions}
     if baseline_results is not None:

@@ -138,6 +138,21 @@ def test_decoding_with_another_dictionary_of_the_same_size_is_refused(corpus, ru
     assert code == 2 and "trained with another dictionary of the same size" in err, err
 
 
+@pytest.mark.parametrize("extra,reason", [
+    ("--bea 5", "unrecognized arguments: --bea 5"),  # fairseq's parser takes no abbreviation
+    ("--nbest x", "argument --nbest: invalid int value: 'x'"),
+])
+def test_generate_args_fairseq_refuses_are_one_line(run, eval_corpus, tmp_path, capsys, extra, reason):
+    """Was: fairseq's 140-line usage under the prog name cli.py, once the first direction started decoding."""
+    out = tmp_path / "results.json"
+    code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx",
+                           "--generate-args", extra, "--out-json", out)
+    assert code == 2, line
+    assert line == (f"langshare evaluate: error: fairseq-generate refuses --generate-args {extra!r} ({reason}): pass "
+                    "flags `fairseq-generate --help` lists, by their full names"), line
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("flags,message", [
     ([], "trained with --encoder-langtok tgt but this run has no --encoder-langtok; pass --encoder-langtok tgt"),
     (["--encoder-langtok", "src"], "trained with --encoder-langtok tgt but this run has --encoder-langtok src; "
