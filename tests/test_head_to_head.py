@@ -203,21 +203,44 @@ def test_finished_runs_are_skipped_on_rerun(tmp_path, monkeypatch):
     assert len(failures) == 1 and "fairseq-train failed" in failures[0] and broken.status == "to train"
 
 
-# fairseq-train's json log of a run resumed once: its wall meter continues from the checkpoint
+# fairseq-train's json log of a run whose process was killed after update 1100 and resumed from the checkpoint at
+# 1087 (the lines of o2m/clsr/seed3 of the record, shortened): a new process starts its wall meter at 0 again
 RESUMED_LOG = """\
-2026-11-28 06:00:00 | INFO | train_inner | {"epoch": 1, "update": 0.09, "loss": "9.1", "num_updates": "100", "train_wall": "31", "wall": "80"}
-2026-11-28 06:20:00 | INFO | train | {"epoch": 1, "train_loss": "7.9", "train_num_updates": "1080", "train_train_wall": "300", "train_wall": "900"}
-2026-11-28 07:00:00 | INFO | fairseq.trainer | Loaded checkpoint runs/x/checkpoint_last.pt (epoch 2 @ 1500 updates)
-2026-11-28 07:25:38 | INFO | train_inner | {"epoch": 2, "update": 1.847, "loss": "6.129", "num_updates": "2000", "train_wall": "71", "wall": "1531"}
-2026-11-28 07:25:40 | INFO | train | {"epoch": 2, "train_loss": "6.397", "train_num_updates": "2000", "train_train_wall": "520", "train_wall": "1533"}
-2026-11-28 07:25:40 | INFO | fairseq_cli.train | done training in 1529.9 seconds
+2026-11-28 09:59:30 | INFO | fairseq.trainer | No existing checkpoint found runs/x/checkpoint_last.pt
+2026-11-28 10:00:21 | INFO | train_inner | {"epoch": 1, "update": 0.092, "loss": "12.313", "num_updates": "100", "train_wall": "50", "wall": "52"}
+2026-11-28 10:09:19 | INFO | fairseq_cli.train | end of epoch 1 (average epoch stats below)
+2026-11-28 10:09:19 | INFO | train | {"epoch": 1, "train_loss": "7.0", "train_num_updates": "1087", "train_train_wall": "570", "train_wall": "589"}
+2026-11-28 10:09:31 | INFO | train_inner | {"epoch": 2, "update": 1.012, "loss": "6.9", "num_updates": "1100", "train_wall": "85", "wall": "602"}
+2026-11-28 10:20:30 | INFO | fairseq.trainer | Loaded checkpoint runs/x/checkpoint_last.pt (epoch 2 @ 1087 updates)
+2026-11-28 10:20:36 | INFO | train_inner | {"epoch": 2, "update": 1.012, "loss": "6.9", "num_updates": "1100", "train_wall": "6", "wall": "7"}
+2026-11-28 10:30:42 | INFO | train_inner | {"epoch": 2, "update": 1.84, "loss": "6.1", "num_updates": "2000", "train_wall": "87", "wall": "613"}
+2026-11-28 10:30:45 | INFO | train | {"epoch": 2, "train_loss": "6.4", "train_num_updates": "2000", "train_train_wall": "600", "train_wall": "616"}
+2026-11-28 10:30:45 | INFO | fairseq_cli.train | done training in 615.1 seconds
 """
+# a process that died before it logged anything, then one that resumed: its first value is above the last one
+# logged before, so only the start line tells the processes apart
+RESUMED_EARLY_LOG = """\
+2026-11-28 09:00:00 | INFO | fairseq.trainer | No existing checkpoint found runs/x/checkpoint_last.pt
+2026-11-28 09:00:50 | INFO | train_inner | {"epoch": 1, "update": 0.092, "loss": "12.3", "num_updates": "100", "train_wall": "48", "wall": "50"}
+2026-11-28 09:10:00 | INFO | fairseq.trainer | No existing checkpoint found runs/x/checkpoint_last.pt
+2026-11-28 09:11:00 | INFO | train_inner | {"epoch": 1, "update": 0.092, "loss": "12.3", "num_updates": "100", "train_wall": "58", "wall": "60"}
+2026-11-28 09:30:00 | INFO | train | {"epoch": 2, "train_loss": "6.4", "train_num_updates": "2000", "train_train_wall": "1100", "train_wall": "1140"}
+"""
+
+
+def test_training_time_sums_the_processes_of_a_resumed_run(tmp_path):
+    """Was: the last value logged, i.e. only the last process's time (616 s of this run's 1,218), since fairseq
+    restarts its wall meter with every process (it does not restore it from the checkpoint)."""
+    for text, expected in ((RESUMED_LOG, 602.0 + 616.0), (RESUMED_EARLY_LOG, 50.0 + 1140.0)):
+        (tmp_path / "train.log").write_text(text)
+        assert head_to_head_record.training_seconds(str(tmp_path / "train.log")) == expected
+    assert head_to_head_record.training_seconds(str(tmp_path / "missing.log")) is None
 
 
 def test_a_run_trained_by_an_earlier_process_records_its_training_time(tmp_path, monkeypatch):
     """Was: a run trained before the head-to-head was interrupted (a lost machine) and evaluated by the
     next one was recorded with 0 s of training, the time of this process's train call; the time is
-    fairseq's wall meter, which a resume continues."""
+    fairseq's wall meter, summed over the processes that trained the run."""
     monkeypatch.setattr(head_to_head_runs, "_call", _fake_call([]))
     monkeypatch.setattr(head_to_head_runs, "profile", lambda run, checkpoint=None: {})
     monkeypatch.setattr(head_to_head_record, "write_references", lambda *args: None)
@@ -229,7 +252,7 @@ def test_a_run_trained_by_an_earlier_process_records_its_training_time(tmp_path,
     record = str(tmp_path / "record")
     assert head_to_head_runs.execute([run], jobs=1, stream=io.StringIO(), record_dir=record) == []
     written = head_to_head_record.load(head_to_head_record.run_path(record, "o2m", "a", 1))
-    assert written["wall_seconds"]["train"] == 1533.0 and written["wall_seconds"]["evaluate"] < 60
+    assert written["wall_seconds"]["train"] == 1218.0 and written["wall_seconds"]["evaluate"] < 60
 
 
 def test_train_flags_follow_the_head_to_heads_and_a_run_trained_with_other_flags_is_refused(

@@ -94,15 +94,24 @@ def provenance() -> Dict:
             "sacrebleu": sacrebleu.__version__}
 
 
+_PROCESS_START = "process start"
+# what fairseq-train's trainer logs once per process, before its first update (a run's log holds one per process
+# that trained it: a resumed run appends to it)
+_START_LINES = ("| fairseq.trainer | No existing checkpoint found", "| fairseq.trainer | Loaded checkpoint")
+
+
 def _logged_stats(log_path: str):
     """(logger, stats) for every line fairseq logged its statistics on in json format
-    (``DATE | INFO | train_inner | {"epoch": ...}``), in order; nothing for a missing log."""
+    (``DATE | INFO | train_inner | {"epoch": ...}``), and (``_PROCESS_START``, {}) where a training
+    process started, in order; nothing for a missing log."""
     if not os.path.isfile(log_path):
         return
     with open(log_path, encoding="utf-8", errors="replace") as f:
         for line in f:
             start = line.find('{"epoch"')
             if start < 0:
+                if any(marker in line for marker in _START_LINES):
+                    yield _PROCESS_START, {}
                 continue
             try:
                 stats = json.loads(line[start:])
@@ -123,15 +132,19 @@ def last_validation(log_path: str) -> Optional[Dict]:
 
 
 def training_seconds(log_path: str) -> Optional[float]:
-    """The wall time fairseq-train logged last in json format (``wall`` of its ``train_inner`` lines,
-    ``train_wall`` of its epoch lines): it counts from the first start, since a resume restores the
-    meter from the checkpoint, so a run trained by an earlier process or over several still has it."""
-    last = None
+    """The wall time fairseq-train logged in json format (``wall`` of its ``train_inner`` lines,
+    ``train_wall`` of its epoch lines), summed over the processes that trained the run: each starts
+    its meter at 0 (a resume does not restore it), so each process's last value is its time. What a
+    killed process ran after its last log line is not counted. None when nothing was logged."""
+    total, last = None, None
     for logger, stats in _logged_stats(log_path):
         key = {"train_inner": "wall", "train": "train_wall"}.get(logger)
-        if key in stats:
-            last = float(stats[key])
-    return last
+        value = float(stats[key]) if key in stats else None
+        if logger == _PROCESS_START or (value is not None and last is not None and value < last):
+            total, last = (total or 0.0) + (last or 0.0), None  # the previous process's time
+        if value is not None:
+            last = value
+    return None if total is None and last is None else (total or 0.0) + (last or 0.0)
 
 
 def _sha256_lines(lines) -> str:
