@@ -18,6 +18,7 @@ the head-to-head's). Readers: ``read`` (every run), ``read_references`` (checked
 same to the byte).
 """
 
+import datetime
 import gzip
 import hashlib
 import io
@@ -94,37 +95,43 @@ def provenance() -> Dict:
             "sacrebleu": sacrebleu.__version__}
 
 
-_PROCESS_START = "process start"
-# what fairseq-train's trainer logs once per process, before its first update (a run's log holds one per process
-# that trained it: a resumed run appends to it)
+# what fairseq-train's trainer logs once per process, as its training starts (a run's log holds one per process that
+# trained it: a resumed run appends to it)
 _START_LINES = ("| fairseq.trainer | No existing checkpoint found", "| fairseq.trainer | Loaded checkpoint")
+_CLOCK = "%Y-%m-%d %H:%M:%S"  # fairseq's log lines start with it
 
 
 def _logged_stats(log_path: str):
-    """(logger, stats) for every line fairseq logged its statistics on in json format
-    (``DATE | INFO | train_inner | {"epoch": ...}``), and (``_PROCESS_START``, {}) where a training
-    process started, in order; nothing for a missing log."""
+    """(logger, stats, time) for every line fairseq logged its statistics on in json format
+    (``DATE | INFO | train_inner | {"epoch": ...}``), and (``None``, {}, time) where a training
+    process started (the trainer's checkpoint line), in order; time: the line's clock, a datetime
+    (None when it has none). Nothing for a missing log."""
     if not os.path.isfile(log_path):
         return
     with open(log_path, encoding="utf-8", errors="replace") as f:
         for line in f:
             start = line.find('{"epoch"')
+            if start < 0 and not any(marker in line for marker in _START_LINES):
+                continue
+            try:
+                clock = datetime.datetime.strptime(line[:19], _CLOCK)
+            except ValueError:
+                clock = None
             if start < 0:
-                if any(marker in line for marker in _START_LINES):
-                    yield _PROCESS_START, {}
+                yield None, {}, clock
                 continue
             try:
                 stats = json.loads(line[start:])
             except ValueError:
                 continue
             fields = line[:start].split(" | ")
-            yield (fields[2].strip() if len(fields) > 2 else ""), stats
+            yield (fields[2].strip() if len(fields) > 2 else ""), stats, clock
 
 
 def last_validation(log_path: str) -> Optional[Dict]:
     """The last validation line fairseq logged in json format (loss, nll_loss, ppl at num_updates)."""
     last = None
-    for _, stats in _logged_stats(log_path):
+    for _, stats, _ in _logged_stats(log_path):
         if "valid_loss" in stats:
             last = {k[len("valid_"):]: float(v) for k, v in stats.items()
                     if k in ("valid_loss", "valid_nll_loss", "valid_ppl", "valid_num_updates")}
@@ -132,19 +139,23 @@ def last_validation(log_path: str) -> Optional[Dict]:
 
 
 def training_seconds(log_path: str) -> Optional[float]:
-    """The wall time fairseq-train logged in json format (``wall`` of its ``train_inner`` lines,
-    ``train_wall`` of its epoch lines), summed over the processes that trained the run: each starts
-    its meter at 0 (a resume does not restore it), so each process's last value is its time. What a
-    killed process ran after its last log line is not counted. None when nothing was logged."""
-    total, last = None, None
-    for logger, stats in _logged_stats(log_path):
-        key = {"train_inner": "wall", "train": "train_wall"}.get(logger)
-        value = float(stats[key]) if key in stats else None
-        if logger == _PROCESS_START or (value is not None and last is not None and value < last):
-            total, last = (total or 0.0) + (last or 0.0), None  # the previous process's time
-        if value is not None:
-            last = value
-    return None if total is None and last is None else (total or 0.0) + (last or 0.0)
+    """Seconds of training in a run's fairseq-train log, summed over the processes that trained it:
+    each from its trainer's checkpoint line to its last statistics line, by the log's clock. (fairseq's
+    own wall meter restarts with a process resumed at an epoch's end and stays at 0 in one resumed in
+    mid-epoch.) What a killed process ran after its last statistics line is not counted; None when
+    no statistics were logged."""
+    total, started, last = 0.0, None, None
+    for logger, _, clock in _logged_stats(log_path):
+        if clock is None:
+            continue
+        if logger is None:  # a process starts: the previous one's time is in
+            total += (last - started).total_seconds() if started and last else 0.0
+            started, last = clock, None
+        else:
+            started, last = started or clock, clock
+    if started is None or (last is None and total == 0.0):
+        return None
+    return total + ((last - started).total_seconds() if last else 0.0)
 
 
 def _sha256_lines(lines) -> str:
