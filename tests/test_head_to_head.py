@@ -259,6 +259,9 @@ def test_a_run_trained_by_an_earlier_process_records_its_training_time(tmp_path,
     assert head_to_head_runs.execute([run], jobs=1, stream=io.StringIO(), record_dir=record) == []
     written = head_to_head_record.load(head_to_head_record.run_path(record, "o2m", "a", 1))
     assert written["wall_seconds"]["train"] == 1216.0 and written["wall_seconds"]["evaluate"] < 60
+    import gzip  # the log is committed beside the record, so that the report reads the time from it again
+    with gzip.open(head_to_head_record.log_path(record, "o2m", "a", 1), "rt") as f:
+        assert f.read() == RESUMED_LOG
 
 
 def test_train_flags_follow_the_head_to_heads_and_a_run_trained_with_other_flags_is_refused(

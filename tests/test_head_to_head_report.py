@@ -501,3 +501,20 @@ def test_standings_beside_the_runs_link_their_own_tables(reported, tmp_path, mon
     assert "results.md" in links and "../docs/head_to_head.md" in links
     for link in links:
         assert os.path.isfile(os.path.join(out, link)), link
+
+
+def test_training_time_comes_from_the_runs_committed_fairseq_log(tmp_path):
+    """A record written by a package that kept only its own process's training time (0 s for a run trained before
+    a restart, the resumed part of one resumed mid-training) is reported with the time its committed fairseq log
+    gives, summed over the processes that trained it; without a log, the record's own figure."""
+    from test_head_to_head import RESUMED_LOG
+
+    record = tmp_path / "record"
+    make_record(record, models=("baseline", "lsl"), seeds=(1, 2))
+    head_to_head_record.dump_log(head_to_head_record.log_path(str(record), "o2m", "lsl", 2), RESUMED_LOG)
+    runs = head_to_head_record.read(str(record))["o2m"]
+    assert runs["lsl"][2]["wall_seconds"] == {"train": 601.0 + 615.0, "evaluate": 75.0}
+    assert runs["lsl"][1]["wall_seconds"]["train"] == 1001.0 and runs["baseline"][2]["wall_seconds"]["train"] == 1002.0
+    paths = _outputs(tmp_path / "out")
+    data = head_to_head_report.report(str(record), stream=open(os.devnull, "w"), n_samples=SAMPLES, **paths)
+    assert data["directions"]["o2m"]["runs"]["wall_seconds"]["train"] == 1001.0 + 1002.0 + 1001.0 + 1216.0

@@ -11,7 +11,10 @@ scored against (with their sha256), so the significance tests can be redone wher
 not (``langshare head-to-head --report-only``). The files are gzip with a zero timestamp: the same
 content gives the same bytes.
 
-Writers: ``dump``, ``write_references``, ``provenance``, ``last_validation``; a run's record is
+``RECORD/<direction>/<model>/seed<k>.train.log.gz`` is the run's fairseq-train log, which the
+training time is read from (summed over the processes that trained the run).
+
+Writers: ``dump``, ``dump_log``, ``write_references``, ``provenance``, ``last_validation``; a run's record is
 assembled by ``head_to_head_runs.record_run``, which knows the runs (this module imports none of
 the head-to-head's). Readers: ``read`` (every run), ``read_references`` (checked by sha256) and
 ``committed_date`` (the record is dated by its commits, so that a report made from it again is the
@@ -41,6 +44,11 @@ def run_path(record_dir: str, direction: str, model: str, seed: int) -> str:
     return os.path.join(record_dir, direction, model, f"seed{seed}.json.gz")
 
 
+def log_path(record_dir: str, direction: str, model: str, seed: int) -> str:
+    """The run's fairseq-train log beside its record (gzip), where the training time is read from."""
+    return os.path.join(record_dir, direction, model, f"seed{seed}.train.log.gz")
+
+
 def references_path(record_dir: str, direction: str) -> str:
     return os.path.join(record_dir, direction, "references.json.gz")
 
@@ -50,6 +58,15 @@ def dump(path: str, data: Dict) -> None:
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, filename="") as gz:
         gz.write(json.dumps(data, ensure_ascii=False, sort_keys=True, indent=None).encode("utf-8"))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_atomic(path, lambda tmp: Path(tmp).write_bytes(buffer.getvalue()))
+
+
+def dump_log(path: str, text: str) -> None:
+    """A run's fairseq-train log, gzip with a zero timestamp, written atomically."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, filename="") as gz:
+        gz.write(text.encode("utf-8"))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write_atomic(path, lambda tmp: Path(tmp).write_bytes(buffer.getvalue()))
 
@@ -108,7 +125,8 @@ def _logged_stats(log_path: str):
     (None when it has none). Nothing for a missing log."""
     if not os.path.isfile(log_path):
         return
-    with open(log_path, encoding="utf-8", errors="replace") as f:
+    opener = gzip.open if log_path.endswith(".gz") else open
+    with opener(log_path, "rt", encoding="utf-8", errors="replace") as f:
         for line in f:
             start = line.find('{"epoch"')
             if start < 0 and not any(marker in line for marker in _START_LINES):
@@ -189,7 +207,10 @@ RUN_FILE = re.compile(r"seed(\d+)\.json\.gz")
 
 def read(record_dir: str) -> Dict[str, Dict[str, Dict[int, Dict]]]:
     """Every run of the record, {direction: {model: {seed: record}}} (sorted); a file whose content
-    names another direction, model or seed than its path is refused."""
+    names another direction, model or seed than its path is refused. A run whose fairseq-train log is
+    committed beside it (``log_path``) gets its training time from that log (``training_seconds``):
+    records of packages before 33825a2 hold their own process's time only, 0 s for a run trained
+    before a restart."""
     if not os.path.isdir(record_dir):
         raise ValueError(f"no head-to-head record in {record_dir}: pass the --record-dir the runs were recorded in "
                          f"(the head-to-head of record: {RECORD_DIR})")
@@ -210,6 +231,9 @@ def read(record_dir: str) -> Dict[str, Dict[str, Dict[int, Dict]]]:
                 if (record.get("direction"), record.get("model"), record.get("seed")) != (direction, model, seed):
                     raise ValueError(f"{path} holds the run {record.get('direction')}/{record.get('model')}/seed"
                                      f"{record.get('seed')}, not the one its path names; restore it from git")
+                logged = training_seconds(log_path(record_dir, direction, model, seed))
+                if logged is not None:
+                    record["wall_seconds"] = {**record["wall_seconds"], "train": round(logged, 1)}
                 out.setdefault(direction, {}).setdefault(model, {})[seed] = record
     return {d: {m: dict(sorted(seeds.items())) for m, seeds in models.items()} for d, models in out.items()}
 

@@ -162,6 +162,8 @@ def _block(record_dir: str, direction: str, models: Dict[str, List[Dict]], n_sam
     costs = inference_cost({name: [r["profile"] for r in seeds] for name, seeds in models.items()})
     paths = [head_to_head_record.run_path(record_dir, r["direction"], r["model"], r["seed"])
              for seeds in models.values() for r in seeds] + [head_to_head_record.references_path(record_dir, direction)]
+    paths += [p for p in (head_to_head_record.log_path(record_dir, r["direction"], r["model"], r["seed"])
+                          for seeds in models.values() for r in seeds) if os.path.isfile(p)]
     committed = head_to_head_record.committed_date(paths)
     first = models[BASELINE][0]
     problems = _cost_problems(costs)

@@ -422,6 +422,11 @@ def record_run(record_dir: str, run: Run, seconds: Dict[str, float]) -> str:
         "results": results,
     }
     path = head_to_head_record.run_path(record_dir, run.direction, run.model.name, run.seed)
+    train_log = os.path.join(run.dir, "train.log")
+    if os.path.isfile(train_log):  # where the report reads the training time from
+        with open(train_log, encoding="utf-8", errors="replace") as f:
+            head_to_head_record.dump_log(head_to_head_record.log_path(record_dir, run.direction, run.model.name,
+                                                                      run.seed), f.read())
     head_to_head_record.dump(path, record)
     return path
 
