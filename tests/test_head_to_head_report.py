@@ -518,3 +518,22 @@ def test_training_time_comes_from_the_runs_committed_fairseq_log(tmp_path):
     paths = _outputs(tmp_path / "out")
     data = head_to_head_report.report(str(record), stream=open(os.devnull, "w"), n_samples=SAMPLES, **paths)
     assert data["directions"]["o2m"]["runs"]["wall_seconds"]["train"] == 1001.0 + 1002.0 + 1001.0 + 1216.0
+
+
+def test_advice_does_not_rank_models_by_a_delta_the_rule_calls_level():
+    """Was: "use **LSL** (...), then **language adapters** (...)", ordered by their BLEU deltas (+0.56, -0.82),
+    which the rule calls level for both, and the two were never tested against each other. Models of one
+    class (better on both metrics; better on one, level on the other) are named in the table's order, joined by
+    "or"; a class better on both comes first."""
+    def entry(bleu, chrf, bleu_delta):
+        verdict = {"bleu": {"verdict": bleu, "delta": bleu_delta}, "chrf": {"verdict": chrf, "delta": 1.0}}
+        return {"verdict": verdict, "inference_cost": {"equal": True}}
+
+    labels = {"adapters": "language adapters", "lsl": "LSL", "clsr": "CLSR"}
+    block = {"models": {"baseline": {}, "adapters": entry("level", "better", -0.82),
+                        "lsl": entry("level", "better", 0.56), "clsr": entry("better", "better", 0.1)}}
+    advice, behind = head_to_head_standings._recommendation(block, labels, lambda e: e.get("verdict"))
+    assert advice == ("use **CLSR** (better on BLEU and chrF; equal inference cost); then **language adapters** "
+                      "(better on chrF, level on BLEU; equal inference cost) or **LSL** (better on chrF, level on BLEU; "
+                      "equal inference cost), not tested against each other"), advice
+    assert behind == []

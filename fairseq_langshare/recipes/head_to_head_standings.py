@@ -6,9 +6,11 @@ Per model and direction, the verdict against the baseline over all test directio
 and the inference cost; a set with zero-shot directions (M2M) gets a verdict for its supervised and
 one for its zero-shot directions, each pooled on its own (they answer two questions). The advice
 follows one rule per direction set (and kind of direction): a model is recommended when it is
-better than the baseline on at least one metric and worse on none, those better on both first (then
-by the BLEU delta); when no model is, the shared baseline is. A model or direction the record does
-not have yet reads "not yet recorded", and the advice names the models it did not compare.
+better than the baseline on at least one metric and worse on none, those better on both first;
+models of one class are named in the table's order, joined by "or" (they were not tested against
+each other, and a delta the rule calls level ranks nothing); when no model is, the shared baseline
+is. A model or direction the record does not have yet reads "not yet recorded", and the advice
+names the models it did not compare.
 """
 
 import os
@@ -102,11 +104,14 @@ def _recommendation(block: Dict, labels: Dict[str, str], verdicts_of):
             level = [label for metric, label in METRICS if verdicts.get(metric) == "level"]
             text = f"**{labels[model]}** (better on {' and '.join(wins)}" + (
                 f", level on {' and '.join(level)}" if level else "") + f"; {cost})"
-            better.append((-len(wins), -found.get("bleu", {}).get("delta", 0.0), text))
+            better.append((len(wins), text))
         elif losses:
             behind.append(f"{labels[model]} ({' and '.join(losses)})")
     if better:
-        return "use " + ", then ".join(text for *_, text in sorted(better)), behind
+        counts = sorted({wins for wins, _ in better}, reverse=True)
+        classes = [[text for wins, text in better if wins == n] for n in counts]  # the table's order within each
+        return "use " + "; then ".join(" or ".join(texts) + (", not tested against each other" if len(texts) > 1
+                                                             else "") for texts in classes), behind
     return ("no model is better than the baseline on BLEU or chrF without being worse on the other: use the shared "
             "baseline"), behind
 
