@@ -316,7 +316,8 @@ def markdown(data: Dict, figure_rel: Optional[str] = None) -> str:
              f"sacrebleu's paired bootstrap against `{data['baseline']}` ({data['bootstrap']['n_samples']} resamples, "
              f"seed {data['bootstrap']['seed']}). **Verdict**: {data['verdict_rule']}. Parameters, layers, widths "
              "and FLOPs are measured "
-             f"on the trained models (one sentence per pair, `analysis/inference_cost.py`).", ""]
+             f"on the trained models (one sentence per pair at a time, teacher-forced, `analysis/inference_cost.py`; "
+             "CLSR's compute depends on the batch, and this is its cost at batch 1: docs/head_to_head.md).", ""]
     for name in list(DIRECTIONS) + [d for d in data["directions"] if d not in DIRECTIONS]:
         block = data["directions"].get(name)
         lines += [f"### {name.upper()}", ""]
