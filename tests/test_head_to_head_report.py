@@ -176,7 +176,9 @@ def test_results_json_seeds_verdicts_cost_and_provenance(reported):
     assert block["seeds"] == [1, 2, 3] and block["not_reported"] == ["o2m/lsl/seed4"]
     assert list(block["models"]) == ["baseline", "adapters", "lsl", "clsr"]  # head_to_head_models' order
     assert block["runs"] == {"machines": {"AMD EPYC 7B13": 12}, "package_commits": {"a" * 40: 12},
-                             "wall_seconds": {"train": 12 * 1000.0 + 4 * 6, "evaluate": 12 * 75.0}}
+                             "wall_seconds": {"train": 12 * 1000.0 + 4 * 6, "evaluate": 12 * 75.0},
+                             "training_time_not_from_log": [f"o2m/{m}/seed{k}" for m in ("adapters", "baseline", "clsr",
+                                                                                        "lsl") for k in (1, 2, 3)]}
     lsl, clsr, adapters = (block["models"][m] for m in ("lsl", "clsr", "adapters"))
     assert lsl["records"] == {"1": "o2m/lsl/seed1.json.gz", "2": "o2m/lsl/seed2.json.gz", "3": "o2m/lsl/seed3.json.gz"}
     for metric in ("bleu", "chrf"):
@@ -518,6 +520,12 @@ def test_training_time_comes_from_the_runs_committed_fairseq_log(tmp_path):
     paths = _outputs(tmp_path / "out")
     data = head_to_head_report.report(str(record), stream=open(os.devnull, "w"), n_samples=SAMPLES, **paths)
     assert data["directions"]["o2m"]["runs"]["wall_seconds"]["train"] == 1001.0 + 1002.0 + 1001.0 + 1216.0
+    # the runs without a log are named, since their time is what their package recorded (0 s after a restart)
+    assert data["directions"]["o2m"]["runs"]["training_time_not_from_log"] == [
+        "o2m/baseline/seed1", "o2m/baseline/seed2", "o2m/lsl/seed1"]
+    section = open(paths["out_md"]).read()
+    assert ("training 1.2 h (from the runs' fairseq logs, but for 3 runs without one, whose time is the one their "
+            "package recorded: o2m/baseline/seed1, o2m/baseline/seed2, o2m/lsl/seed1)") in section, section
 
 
 def test_advice_does_not_rank_models_by_a_delta_the_rule_calls_level():

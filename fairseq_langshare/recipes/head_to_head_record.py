@@ -234,6 +234,7 @@ def read(record_dir: str) -> Dict[str, Dict[str, Dict[int, Dict]]]:
                 logged = training_seconds(log_path(record_dir, direction, model, seed))
                 if logged is not None:
                     record["wall_seconds"] = {**record["wall_seconds"], "train": round(logged, 1)}
+                record["training_time_from_log"] = logged is not None  # (read, not stored)
                 out.setdefault(direction, {}).setdefault(model, {})[seed] = record
     return {d: {m: dict(sorted(seeds.items())) for m, seeds in models.items()} for d, models in out.items()}
 

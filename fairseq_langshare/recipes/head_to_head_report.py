@@ -96,7 +96,10 @@ def _runs_summary(models: Dict[str, List[Dict]]) -> Dict:
     return {"machines": _count(r["provenance"]["machine"]["cpu"] for r in runs),
             "package_commits": _count(commit(r) for r in runs),
             "wall_seconds": {k: round(sum(r["wall_seconds"].get(k, 0.0) for r in runs), 1)
-                             for k in ("train", "evaluate")}}
+                             for k in ("train", "evaluate")},
+            # runs whose training time is the one their package recorded, not their committed log's
+            "training_time_not_from_log": sorted(f"{r['direction']}/{r['model']}/seed{r['seed']}" for r in runs
+                                                 if not r.get("training_time_from_log"))}
 
 
 def _pooled(system: Dict) -> Dict:
@@ -282,6 +285,14 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _training_time_source(runs: Dict) -> str:
+    without = runs.get("training_time_not_from_log") or []
+    if not without:
+        return "(from the runs' fairseq logs)"
+    return (f"(from the runs' fairseq logs, but for {len(without)} run{'s' if len(without) > 1 else ''} without one, "
+            f"whose time is the one {'their' if len(without) > 1 else 'its'} package recorded: {', '.join(without)})")
+
+
 def _block_intro(block: Dict) -> List[str]:
     runs = block["runs"]
     machines = "; ".join(f"{n} on {cpu}" for cpu, n in runs["machines"].items())
@@ -290,7 +301,8 @@ def _block_intro(block: Dict) -> List[str]:
     lines = [f"Seeds {', '.join(map(str, block['seeds']))} (those every model has); corpus `{block['corpus']}`; "
              f"dated {block['generated']}, {block['dated_by']}.", "",
              f"Runs: {machines}; package commit: {commits}; wall time summed over the runs: training "
-             f"{_hours(runs['wall_seconds']['train'])}, evaluation {_hours(runs['wall_seconds']['evaluate'])}."]
+             f"{_hours(runs['wall_seconds']['train'])} {_training_time_source(runs)}, evaluation "
+             f"{_hours(runs['wall_seconds']['evaluate'])}."]
     if block["not_reported"]:
         lines += ["", "Recorded but not reported (not every model has the seed yet): "
                   + ", ".join(block["not_reported"]) + "."]
