@@ -545,3 +545,21 @@ def test_advice_does_not_rank_models_by_a_delta_the_rule_calls_level():
                       "(better on chrF, level on BLEU; equal inference cost) or **LSL** (better on chrF, level on BLEU; "
                       "equal inference cost), not tested against each other"), advice
     assert behind == []
+
+
+def test_a_direction_recorded_without_a_seed_every_model_has_names_its_runs(tmp_path):
+    """Was: "Not yet recorded." under the direction's heading although its runs were recorded (the baseline has
+    seed 1, LSL seed 2: no seed to compare on); the runs were named only in the JSON."""
+    refs = {p: sentences(40, i) for i, p in enumerate(PAIRS["o2m"])}
+    write_run(tmp_path / "record", "o2m", "baseline", 1, refs)
+    write_run(tmp_path / "record", "o2m", "lsl", 2, refs)
+    m2o = {p: sentences(40, 10 + i) for i, p in enumerate(PAIRS["m2o"])}
+    for name in ("baseline", "lsl"):
+        write_run(tmp_path / "record", "m2o", name, 1, m2o)
+    data = head_to_head_report.build(str(tmp_path / "record"), SAMPLES, open(os.devnull, "w"))
+    section = head_to_head_report.markdown(data)
+    o2m = section[section.index("### O2M"):section.index("### M2O")]
+    assert "Not yet recorded." not in o2m, o2m
+    assert ("Recorded but not reported (no seed that every recorded model of O2M has, or no baseline run): "
+            "o2m/baseline/seed1, o2m/lsl/seed2.") in o2m, o2m
+    assert "### M2M\n\nNot yet recorded." in section

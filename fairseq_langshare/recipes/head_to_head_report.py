@@ -334,7 +334,9 @@ def markdown(data: Dict, figure_rel: Optional[str] = None) -> str:
         block = data["directions"].get(name)
         lines += [f"### {name.upper()}", ""]
         if block is None:
-            lines += ["Not yet recorded.", ""]
+            left = [run for run in data.get("not_reported") or [] if run.startswith(name + "/")]
+            lines += [f"Recorded but not reported (no seed that every recorded model of {name.upper()} has, or no "
+                      f"baseline run): {', '.join(left)}." if left else "Not yet recorded.", ""]
             continue
         lines += _block_intro(block)
         lines += model_table({m: (entry["flags"], entry, entry["inference_cost"]["flops_ratio"])
