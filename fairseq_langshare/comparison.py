@@ -47,7 +47,7 @@ def _seed_values(seeds, direction, metric):
 def _group_summaries(seeds, metrics, directions):
     """Group averages of each seed over ``directions`` (those every run has), then mean/std over seeds."""
     per_seed = [_averages({d: res["directions"][d] for d in directions}) for res in seeds]
-    groups = [g for g in list(GROUP_ORDER) + ["all"] if g in per_seed[0]]
+    groups = [g for g in list(GROUP_ORDER) + ["supervised", "all"] if g in per_seed[0]]
     return {g: {"n_directions": per_seed[0][g].get("n_directions"),
                 **{m: significance.seed_summary([avg.get(g, {}).get(m) for avg in per_seed]) for m in metrics}}
             for g in groups}
@@ -59,6 +59,15 @@ def _win(mine, base, directions, metric):
         return None
     wins = sum(mine[d][metric]["mean"] > base[d][metric]["mean"] for d in common)
     return {"value": wins / len(common), "wins": wins, "directions": len(common)}
+
+
+def _win_cells(cmp, baseline, ratios_of, metric):
+    """Each system's win ratio on ``metric`` as a table cell, ``ratios_of(entry)`` giving {metric: ratio}."""
+    cells = []
+    for name, entry in cmp["systems"].items():
+        w = (ratios_of(entry) or {}).get(metric)
+        cells.append("-" if name == baseline or w is None else f"{w['value']:.2f} ({w['wins']}/{w['directions']})")
+    return cells
 
 
 def _bleu_signature(row):
@@ -158,6 +167,9 @@ def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, me
         if name == baseline:
             continue
         entry["win_ratio"] = {m: _win(entry["directions"], base["directions"], directions, m) for m in metrics}
+        entry["win_ratio_by_kind"] = {kind: {m: _win(entry["directions"], base["directions"], members, m)
+                                             for m in metrics}
+                                      for kind, members in direction_kinds(out["directions"]).items()} or None
         if test and tested:
             entry["significance"] = _significance(systems[baseline], systems[name], directions, n_samples,
                                                   references, statistics, direction_kinds(out["directions"]))
@@ -248,11 +260,11 @@ def comparison_markdown(cmp: Dict) -> str:
             cells = [_cell(e["averages"].get(group, {}).get(metric, {"mean": None})) for e in cmp["systems"].values()]
             lines.append(f"| **{group}** avg |  |  |  | " + " | ".join(cells) + " |")
         if baseline is not None:
-            wins = []
-            for n, e in cmp["systems"].items():
-                w = (e.get("win_ratio") or {}).get(metric)
-                wins.append("-" if n == baseline or w is None else f"{w['value']:.2f} ({w['wins']}/{w['directions']})")
-            lines.append(f"| win ratio vs {baseline} |  |  |  | " + " | ".join(wins) + " |")
+            lines.append(f"| win ratio vs {baseline} |  |  |  | "
+                         + " | ".join(_win_cells(cmp, baseline, lambda e: e.get("win_ratio"), metric)) + " |")
+            for kind in direction_kinds(cmp["directions"]):
+                lines.append(f"| win ratio vs {baseline}, {kind} directions |  |  |  | " + " | ".join(_win_cells(
+                    cmp, baseline, lambda e, kind=kind: (e.get("win_ratio_by_kind") or {}).get(kind), metric)) + " |")
             pooled = [_test(e, None, metric) for e in cmp["systems"].values()]
             if any(pooled):
                 lines.append("| p, all directions pooled |  |  |  | "

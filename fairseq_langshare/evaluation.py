@@ -224,6 +224,8 @@ def _averages(rows):
     for d, row in rows.items():
         members.setdefault(row["group"], []).append(row)
     members = {g: members[g] for g in GROUP_ORDER if g in members}
+    if "zero-shot" in members and len(members) > 1:  # the trained directions together, beside the zero-shot ones
+        members["supervised"] = [row for row in rows.values() if row["group"] != "zero-shot"]
     members["all"] = list(rows.values())
     averages = {}
     for group, group_rows in members.items():

@@ -419,6 +419,16 @@ def test_a_set_with_zero_shot_directions_gets_a_verdict_for_each_kind(tmp_path):
                   share={p: 0.8 if p in ZERO_SHOT else 0.3 for p in refs})  # better trained, worse zero-shot
     data = head_to_head_report.build(str(tmp_path / "record"), 50, open(os.devnull, "w"))
     lsl = data["directions"]["m2m"]["models"]["lsl"]
+    # the averages and win ratios also each kind on its own (was: only over both, which the tables showed)
+    supervised = [p for p in PAIRS["m2m"] if p not in ZERO_SHOT]
+    wins = data["directions"]["m2m"]["comparison"]["systems"]["lsl"]["win_ratio_by_kind"]
+    assert {kind: wins[kind]["bleu"]["directions"] for kind in wins} == {"supervised": len(supervised),
+                                                                         "zero-shot": len(ZERO_SHOT)}
+    assert wins["supervised"]["bleu"]["value"] == 1.0 and wins["zero-shot"]["bleu"]["value"] == 0.0
+    assert lsl["means"]["groups"]["supervised"]["n_directions"] == len(supervised)
+    section = head_to_head_report.markdown(data)
+    assert "| **supervised** avg |" in section and "| win ratio vs baseline, supervised directions |" in section
+    assert "| win ratio vs baseline, zero-shot directions |" in section
     for metric in ("bleu", "chrf"):
         kinds = {kind: v[metric]["verdict"] for kind, v in lsl["verdict_by_kind"].items()}
         assert kinds == {"supervised": "better", "zero-shot": "worse"}, kinds
