@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .atomic_files import check_writable, write_json_atomic, write_text_atomic
 from .command_line import add_command
-from .evaluation import GROUP_ORDER, EvaluationError, _averages, _csv, _fmt, _read_json, read_references
+from .evaluation import EvaluationError, _averages, _csv, _fmt, _read_json, read_references
 from . import off_target, significance
 from .option_ranges import Range
 from .result_kinds import EVALUATE_JSON, file_kind, json_kind
@@ -47,7 +47,7 @@ def _seed_values(seeds, direction, metric):
 def _group_summaries(seeds, metrics, directions):
     """Group averages of each seed over ``directions`` (those every run has), then mean/std over seeds."""
     per_seed = [_averages({d: res["directions"][d] for d in directions}) for res in seeds]
-    groups = [g for g in list(GROUP_ORDER) + ["supervised", "all"] if g in per_seed[0]]
+    groups = list(per_seed[0])  # direction_groups' order
     return {g: {"n_directions": per_seed[0][g].get("n_directions"),
                 **{m: significance.seed_summary([avg.get(g, {}).get(m) for avg in per_seed]) for m in metrics}}
             for g in groups}

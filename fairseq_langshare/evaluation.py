@@ -35,6 +35,7 @@ from .atomic_files import check_writable, json_text, write_files_atomic
 from .command_line import add_command
 from . import off_target
 from .data.binarized import BinarizedDataError, sentence_count
+from .direction_groups import group_members
 from .interrupts import interrupts_kept
 from .option_ranges import Range
 
@@ -42,7 +43,6 @@ logger = logging.getLogger(__name__)
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SUPPORTED_TASKS = ("multilingual_langshare", "translation_multi_simple_epoch")
-GROUP_ORDER = ("high", "medium", "low", "zero-shot", "unknown")
 METRICS = ("bleu", "chrf", "spbleu")
 # task options that say what to decode now or how training sampled, not how data is shaped
 _NOT_FROM_CHECKPOINT = {
@@ -220,13 +220,7 @@ def score(hypotheses, references, tgt_lang="", bleu_tokenize="auto", spbleu_toke
 
 
 def _averages(rows):
-    members = {}
-    for d, row in rows.items():
-        members.setdefault(row["group"], []).append(row)
-    members = {g: members[g] for g in GROUP_ORDER if g in members}
-    if "zero-shot" in members and len(members) > 1:  # the trained directions together, beside the zero-shot ones
-        members["supervised"] = [row for row in rows.values() if row["group"] != "zero-shot"]
-    members["all"] = list(rows.values())
+    members = {g: [rows[d] for d in ds] for g, ds in group_members({d: row["group"] for d, row in rows.items()}).items()}
     averages = {}
     for group, group_rows in members.items():
         avg = {"n_directions": len(group_rows)}

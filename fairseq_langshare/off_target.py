@@ -31,11 +31,11 @@ import glob
 import json
 import logging
 import os
-import statistics
 from collections import Counter, OrderedDict
 from typing import Dict, List, Optional, Sequence
 
 from .command_line import add_command
+from .direction_groups import group_members
 
 MIN_CHARS = 20
 MIN_REFERENCES = 20
@@ -205,10 +205,15 @@ def direction_rate(identifier: Identifier, hypotheses: Sequence[str], target: st
             "off_target_into": dict(into.most_common()) if info["included"] else {}}
 
 
-def group_average(rows: Sequence[Dict]) -> Dict:
-    """Mean off-target rate over the rows that have one, and how many do."""
-    values = [r["off_target"] for r in rows if r.get("off_target") is not None]
-    return {"off_target": statistics.fmean(values) if values else None, "off_target_directions": len(values)}
+def group_rate(rows: Sequence[Dict]) -> Dict:
+    """The off-target rate of a group of direction rows: their off-target hypotheses over their
+    identified ones, pooled over the rows that have a rate (so a direction weighs by its identified
+    hypotheses, not one for one); how many rows and hypotheses that is."""
+    rated = [r for r in rows if r.get("off_target") is not None]
+    identified = sum(r["off_target_identified"] for r in rated)
+    off = sum(sum((r.get("off_target_into") or {}).values()) for r in rated)
+    return {"off_target": 100.0 * off / identified if identified else None, "off_target_directions": len(rated),
+            "off_target_identified": identified}
 
 
 def add_off_target(results: Dict, corpus_dir: Optional[str] = None, identifier: Optional[Identifier] = None) -> Dict:
@@ -246,9 +251,9 @@ def add_off_target(results: Dict, corpus_dir: Optional[str] = None, identifier: 
 
 def _add_averages(results):
     rows = results["directions"]
+    members = group_members({d: row.get("group") for d, row in rows.items()})
     for group, avg in (results.get("averages") or {}).items():
-        members = [r for r in rows.values() if group == "all" or r.get("group") == group]
-        avg.update(group_average(members))
+        avg.update(group_rate([rows[d] for d in members.get(group, [])]))
 
 
 def too_short(runs: Sequence[Dict[str, Dict]], left_out: Dict) -> List[str]:
@@ -299,13 +304,20 @@ def add_to_comparison(cmp: Dict, systems: Dict[str, List[Dict]]) -> None:
     cmp["off_target"] = {k: v for k, v in first["off_target"].items() if k != "languages"}
     cmp["off_target"]["too_short"] = sorted({d for seeds in systems.values() for d in too_short(
         [r["directions"] for r in seeds], cmp["off_target"].get("left_out") or {})}, key=list(cmp["directions"]).index)
+    # the groups are made again from the runs' rows, over the directions every run has a rate for: a run's own
+    # averages may be over other directions (none long enough in one run), or lack a group (older results)
+    runs = [r for seeds in systems.values() for r in seeds]
+    rated = [d for d in cmp["directions"] if all((r["directions"].get(d) or {}).get("off_target") is not None
+                                                 for r in runs)]
+    cmp["off_target"]["unrated"] = [d for d in cmp["directions"] if d not in rated]
+    members = group_members({d: info.get("group") for d, info in cmp["directions"].items()})
     for name, seeds in systems.items():
         groups = list(cmp["systems"][name]["averages"])
         cmp["systems"][name]["off_target"] = {
             "directions": {d: seed_summary([r["directions"].get(d, {}).get("off_target") for r in seeds])
                            for d in cmp["directions"]},
-            "averages": {g: seed_summary([(r.get("averages") or {}).get(g, {}).get("off_target") for r in seeds])
-                         for g in groups},
+            "averages": {g: seed_summary([group_rate([r["directions"][d] for d in members.get(g, []) if d in rated])
+                                          ["off_target"] for r in seeds]) for g in groups},
         }
 
 
@@ -324,7 +336,10 @@ def comparison_table(cmp: Dict, cell) -> List[str]:
     for group in next(iter(cmp["systems"].values()))["averages"]:
         lines.append(f"| **{group}** avg |  | " + " | ".join(cell(e["averages"].get(group, none)) for e in entries)
                      + " |")
-    return lines + ["", note(cmp["off_target"]), ""]
+    unrated = cmp["off_target"].get("unrated") or []
+    pooled = ("The group rows pool the hypotheses of the directions every run has a rate for"
+              + (f" (not {', '.join(unrated)})" if unrated else "") + ".")
+    return lines + ["", note(cmp["off_target"]) + " " + pooled, ""]
 
 
 # ----------------------------------------------------------------------------- CLI

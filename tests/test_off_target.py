@@ -80,8 +80,11 @@ def test_rate_on_hypotheses_of_known_languages(tmp_path):
     assert fr["off_target"] == pytest.approx(25.0) and fr["off_target_identified"] == 40
     assert fr["off_target_into"] == {"de": 10}
     assert de["off_target"] == pytest.approx(200 / 3) and de["off_target_into"] == {"en": 20}
-    assert results["averages"]["all"]["off_target"] == pytest.approx((25.0 + 200 / 3) / 2)
-    assert results["averages"]["low"] == {"off_target": pytest.approx(200 / 3), "off_target_directions": 1}
+    # a group's rate pools its directions' hypotheses (was: the mean of the directions' rates, where a direction
+    # with 5 identified hypotheses weighed as much as one with 500)
+    assert results["averages"]["all"]["off_target"] == pytest.approx(100 * (10 + 20) / (40 + 30))
+    assert results["averages"]["low"] == {"off_target": pytest.approx(200 / 3), "off_target_directions": 1,
+                                          "off_target_identified": 30}
     info = results["off_target"]
     assert info["identifier"].startswith("py3langid ") and info["left_out"] == {}
     assert all(info["languages"][lang]["included"] for lang in ("en", "fr", "de"))
@@ -106,7 +109,7 @@ def test_languages_the_identifier_cannot_tell_are_left_out(tmp_path):
     off_target.add_off_target(results)
     rates = {d: r["off_target"] for d, r in results["directions"].items()}
     assert rates == {"en-fr": 0.0, "en-nb": None, "en-nn": None, "en-qq": None}
-    assert results["averages"]["all"] == {"off_target": 0.0, "off_target_directions": 1}
+    assert results["averages"]["all"] == {"off_target": 0.0, "off_target_directions": 1, "off_target_identified": 30}
     assert set(results["off_target"]["left_out"]) == {"nb", "nn", "qq", "de", "de_AT"}
 
     few = off_target.measure_corpus(reference_corpus(tmp_path / "few", ["en", "fr"], n=15))["languages"]
@@ -145,10 +148,17 @@ def test_note_names_a_direction_without_a_hypothesis_long_enough(tmp_path):
     assert said in comparison.comparison_markdown(comparison.compare([("a", results)], test=False))
 
 
+def _rated(rate, identified=10, **row):
+    """A direction row with an off-target rate of ``identified`` hypotheses (None: none long enough)."""
+    off = round(rate * identified / 100) if rate is not None else 0
+    return {"bleu": 10.0, "chrf": 30.0, "off_target": rate, "off_target_identified": identified if rate is not None
+            else 0, "off_target_into": {"en": off} if off else {}, **row}
+
+
 def test_comparison_shows_the_rate_and_refuses_other_rules():
     def run(rate, rules=None):
         info = {"identifier": "py3langid 0.4.0", "rules": rules or off_target.rules(), "left_out": {"nn": "why"}}
-        return {"directions": {"en-fr": {"bleu": 10.0, "chrf": 30.0, "group": "high", "off_target": rate}},
+        return {"directions": {"en-fr": _rated(rate, group="high")},
                 "averages": {"high": {"bleu": 10.0, "chrf": 30.0, "off_target": rate}, "all": {"off_target": rate}},
                 "off_target": info}
 
@@ -264,3 +274,29 @@ def test_a_corpus_of_languages_the_identifier_does_not_know_gets_no_rate_and_no_
     assert identifier.identify(["a sentence that is long enough to be identified"]) == [None]
     rows = off_target.measure(identifier, {"xx": ["a sentence that is long enough to be identified"], "yy": []})
     assert not any(row["included"] for row in rows.values())
+
+
+def test_comparison_group_rates_pool_the_directions_every_run_rates():
+    """The group rows of a comparison are made from the runs' direction rows, not from the averages each run
+    stored: over the directions every run has a rate for (a run with no hypothesis long enough in a direction
+    would otherwise be averaged over other directions than the rest), pooling their hypotheses, and for every
+    group the comparison shows (was: an M2M run evaluated before the "supervised" group existed showed "-" there,
+    and a group's mean let a direction of 5 identified hypotheses weigh as much as one of 500)."""
+    info = {"identifier": "py3langid 0.4.0", "rules": off_target.rules(), "left_out": {}}
+
+    def run(fr, sr, zero):
+        rows = {"en-fr": _rated(*fr, group="high"), "en-sr": _rated(*sr, group="low"),
+                "fr-sr": _rated(*zero, group="zero-shot")}
+        return {"directions": rows, "averages": {"high": {}, "low": {}, "zero-shot": {}, "all": {}}, "off_target": info}
+
+    a = run((10.0, 500), (20.0, 5), (50.0, 100))
+    b = run((0.0, 500), (None,), (40.0, 100))  # no en-sr hypothesis long enough: en-sr is left out for every run
+    cmp = comparison.compare([("a", a), ("b", b)], test=False)
+    groups = cmp["systems"]["a"]["off_target"]["averages"]
+    assert groups["supervised"]["mean"] == pytest.approx(10.0)  # en-fr alone: en-sr is not rated in b
+    assert groups["all"]["mean"] == pytest.approx(100 * (50 + 50) / (500 + 100))
+    assert groups["low"]["mean"] is None
+    assert cmp["systems"]["b"]["off_target"]["averages"]["all"]["mean"] == pytest.approx(100 * 40 / 600)
+    assert cmp["off_target"]["unrated"] == ["en-sr"]
+    assert "group rows pool the hypotheses of the directions every run has a rate for (not en-sr)" in \
+        comparison.comparison_markdown(cmp)
