@@ -332,7 +332,7 @@ def _train(corpus, save_dir, max_update=300, arch="langshare_transformer_tiny", 
 
 
 @pytest.fixture(scope="module")
-def trained_spm_corpus(tmp_path_factory):
+def trained_spm_corpus(tmp_path_factory, one_thread):  # one thread: the same training in every xdist worker
     root = tmp_path_factory.mktemp("eval-e2e")
     corpus = _build_tiny_corpus(root / "corpus")
     return corpus, _train(corpus, root / "checkpoints", max_update=300)
