@@ -220,7 +220,8 @@ def score(hypotheses, references, tgt_lang="", bleu_tokenize="auto", spbleu_toke
 
 
 def _averages(rows):
-    members = {g: [rows[d] for d in ds] for g, ds in group_members({d: row["group"] for d, row in rows.items()}).items()}
+    groups = group_members({d: row["group"] for d, row in rows.items()})
+    members = {g: [rows[d] for d in ds] for g, ds in groups.items()}
     averages = {}
     for group, group_rows in members.items():
         avg = {"n_directions": len(group_rows)}

@@ -186,6 +186,7 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
     check_writable(out_path, "--out", inputs=[checkpoint], protected=_protected(checkpoint, cfg), own=_is_export,
                    command="export")
     langs = decode_inventory(weights["lang_inventory"]) if "lang_inventory" in weights else []
+    trained_dictionary = decode_settings(weights["lang_inventory"]).get("dictionary", "") if langs else ""
     if not langs:
         raise ExportError(f"{checkpoint} holds no language inventory: export needs a fairseq_langshare checkpoint")
     for flag, code in (("--src", src), ("--tgt", tgt)):
@@ -227,7 +228,7 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
         "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0},
                         "langshare_export": {"from": str(checkpoint), "src": src, "tgt": tgt, "langs": langs,
                                              # the dictionaries it was trained with (a runtime export checks --data)
-                                             "dictionary": decode_settings(weights["lang_inventory"]).get("dictionary", "")}},
+                                             "dictionary": trained_dictionary}},
         "last_optimizer_state": None,
     }
     _retie(exported["model"], pair_weights)

@@ -25,7 +25,8 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LanguageInventory", "LanguageInventoryMismatch", "dictionary_fingerprint", "same_size_other_dictionary", "encode_inventory", "decode_inventory", "decode_settings",
+__all__ = ["LanguageInventory", "LanguageInventoryMismatch", "dictionary_fingerprint", "same_size_other_dictionary",
+           "encode_inventory", "decode_inventory", "decode_settings",
            "TOKEN_FLAGS"]
 
 # the language-token flags stored with the inventory, as ``--flag``: value ("" when off)

@@ -53,22 +53,23 @@ def references_path(record_dir: str, direction: str) -> str:
     return os.path.join(record_dir, direction, "references.json.gz")
 
 
-def dump(path: str, data: Dict) -> None:
-    """``data`` as gzip-compressed JSON (sorted keys, zero timestamp), written atomically."""
-    buffer = io.BytesIO()
-    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, filename="") as gz:
-        gz.write(json.dumps(data, ensure_ascii=False, sort_keys=True, indent=None).encode("utf-8"))
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    write_atomic(path, lambda tmp: Path(tmp).write_bytes(buffer.getvalue()))
-
-
-def dump_log(path: str, text: str) -> None:
-    """A run's fairseq-train log, gzip with a zero timestamp, written atomically."""
+def _write_gzip(path: str, text: str) -> None:
+    """``text`` gzip-compressed with a zero timestamp (the same text gives the same bytes), written atomically."""
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, filename="") as gz:
         gz.write(text.encode("utf-8"))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write_atomic(path, lambda tmp: Path(tmp).write_bytes(buffer.getvalue()))
+
+
+def dump(path: str, data: Dict) -> None:
+    """``data`` as gzip-compressed JSON (sorted keys, zero timestamp), written atomically."""
+    _write_gzip(path, json.dumps(data, ensure_ascii=False, sort_keys=True, indent=None))
+
+
+def dump_log(path: str, text: str) -> None:
+    """A run's fairseq-train log, gzip with a zero timestamp, written atomically."""
+    _write_gzip(path, text)
 
 
 def load(path: str) -> Dict:
