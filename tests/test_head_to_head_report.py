@@ -24,12 +24,15 @@ from synthetic_translations import degrade, sentences
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = 200  # bootstrap resamples: enough to order these systems, cheap
-PAIRS = {"o2m": ("en-xx", "en-yy"), "m2o": ("xx-en", "yy-en"), "m2m": ("en-xx", "xx-en", "en-yy", "yy-en", "xx-yy")}
-ZERO_SHOT = ("xx-yy",)  # untrained: evaluate's zero-shot group
+PAIRS = {"o2m": ("en-xx", "en-yy"), "m2o": ("xx-en", "yy-en"),
+         "m2m": ("en-xx", "xx-en", "en-yy", "yy-en", "xx-yy", "yy-xx")}
+ZERO_SHOT = ("xx-yy", "yy-xx")  # untrained: evaluate's zero-shot group
 # share of each sentence's words replaced, per model and seed: lsl better on every seed, clsr better
 # on seeds 1 and 3 and clearly worse on seed 2 (level whatever the p-value), adapters worse everywhere
-DAMAGE = {"baseline": (0.5, 0.5, 0.5), "lsl": (0.2, 0.25, 0.2), "clsr": (0.2, 0.8, 0.2), "adapters": (0.8, 0.8, 0.8)}
-FLOPS = {"baseline": 1_000_000, "lsl": 1_000_000, "clsr": 1_150_000, "adapters": 1_004_000}  # adapters: +0.4%
+DAMAGE = {"baseline": (0.5, 0.5, 0.5), "lsl": (0.2, 0.25, 0.2), "clsr": (0.2, 0.8, 0.2), "adapters": (0.8, 0.8, 0.8),
+          "adaptive_sparse": (0.5, 0.5, 0.5)}
+FLOPS = {"baseline": 1_000_000, "lsl": 1_000_000, "clsr": 1_150_000, "adapters": 1_004_000,  # adapters: +0.4%
+         "adaptive_sparse": 1_000_000}
 
 
 def _profile(name, pairs):
@@ -38,9 +41,10 @@ def _profile(name, pairs):
             "inference": {p: {"flops": FLOPS[name], "encoder": dict(stack), "decoder": dict(stack)} for p in pairs}}
 
 
-def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", updates=2000, share=None):
+def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", updates=2000, share=None, off=None):
     """One synthetic run's record, as ``head_to_head_runs.record_run`` lays it out; ``share``:
-    {pair: share of words replaced} instead of DAMAGE's."""
+    {pair: share of words replaced} instead of DAMAGE's; ``off``: {pair: hypotheses identified as
+    another language} of the 40 identified per pair, as ``langshare evaluate`` records them."""
     from sacrebleu.metrics import BLEU, CHRF
 
     pairs = PAIRS[direction]
@@ -52,9 +56,15 @@ def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", upda
                 "train_size": None if p in ZERO_SHOT else 5000 if p in ("en-xx", "xx-en") else 500,
                 "group": "zero-shot" if p in ZERO_SHOT else "high" if "xx" in p else "low",
                 "n": len(refs[p])} for p in pairs}
+    if off is not None:
+        for p, row in rows.items():
+            row.update(off_target=100.0 * off.get(p, 0) / 40, off_target_identified=40,
+                       off_target_into={"en": off[p]} if off.get(p) else {})
     results = {"directions": rows, "hypotheses": hyps,
                "references": {p: {"path": f"/gone/test.{p}", "sha256": head_to_head_record._sha256_lines(refs[p]),
                                   "n": len(refs[p])} for p in pairs}}
+    if off is not None:
+        results["off_target"] = {"identifier": "py3langid 0.3.0", "rules": {"min_chars": 20}, "left_out": {}}
     model = next(m for m in MODELS if m.name == name)
     record = {"format": 1, "direction": direction, "model": name, "seed": seed, "updates": updates,
               "label": model.label, "arch": model.arch, "model_flags": list(model.argv(direction)),
@@ -451,6 +461,63 @@ def test_a_set_with_zero_shot_directions_gets_a_verdict_for_each_kind(tmp_path):
     o2m = head_to_head_report.build(str(tmp_path / "o2m"), 20, open(os.devnull, "w"))
     assert o2m["directions"]["o2m"]["models"]["lsl"]["verdict_by_kind"] is None
     assert "(pooled) |" not in head_to_head_report.markdown(o2m).replace("all (pooled) |", "")
+
+
+def test_zero_shot_directions_by_target_and_the_papers_claims_against_the_verdicts(tmp_path):
+    """M2M: per target language, each model's zero-shot BLEU against the baseline's with the rule's
+    verdict counts and its pooled off-target rate; each paper's zero-shot claim with the pooled
+    zero-shot verdict and its outcome by the rule fixed before the runs (a gain claimed and a loss
+    measured is "reversed", a loss claimed and measured "holds"). Sets without zero-shot
+    directions (the O2M/M2O record) get no such entry."""
+    refs = {p: sentences(40, i) for i, p in enumerate(PAIRS["m2m"])}
+    lsl_off = {"xx-yy": 20}  # LSL's output into yy half English; the baseline's 2 of 40
+    for seed in (1, 2):
+        write_run(tmp_path / "record", "m2m", "baseline", seed, refs, share={p: 0.5 for p in refs},
+                  off={"xx-yy": 2})
+        write_run(tmp_path / "record", "m2m", "lsl", seed, refs, off=lsl_off,
+                  share={p: 0.8 if p in ZERO_SHOT else 0.3 for p in refs})  # better trained, worse zero-shot
+        write_run(tmp_path / "record", "m2m", "adaptive_sparse", seed, refs, off={},
+                  share={p: 0.2 if p in ZERO_SHOT else 0.5 for p in refs})  # better zero-shot
+        write_run(tmp_path / "record", "m2m", "clsr", seed, refs, share={p: 0.5 for p in refs}, off={})
+    data = head_to_head_report.build(str(tmp_path / "record"), 50, open(os.devnull, "w"))
+    zero = data["directions"]["m2m"]["zero_shot"]
+    assert {t: row["directions"] for t, row in zero["by_target"].items()} == {"yy": ["xx-yy"], "xx": ["yy-xx"]}
+    into_yy = zero["by_target"]["yy"]["models"]
+    assert into_yy["lsl"]["off_target"]["mean"] == 50.0 and into_yy["baseline"]["off_target"]["mean"] == 5.0
+    assert zero["by_target"]["xx"]["models"]["lsl"]["off_target"]["mean"] == 0.0
+    assert into_yy["lsl"]["bleu"] < into_yy["baseline"]["bleu"] < into_yy["adaptive_sparse"]["bleu"]
+    assert into_yy["lsl"]["verdicts"]["bleu"] == {"better": 0, "level": 0, "worse": 1}
+    assert into_yy["adaptive_sparse"]["verdicts"]["bleu"]["better"] == 1 and "verdicts" not in into_yy["baseline"]
+    claims = {(c["model"], c["expects"]): c for c in zero["paper_claims"]}
+    assert list(claims) == [("adaptive_sparse", "better"), ("lsl", "better"), ("lsl", "worse"), ("clsr", None)]
+    assert claims[("adaptive_sparse", "better")]["outcome"] == "holds"
+    assert claims[("lsl", "better")]["outcome"] == "reversed (worse)"
+    assert claims[("lsl", "worse")]["outcome"] == "holds"
+    assert claims[("clsr", None)]["outcome"] == "no claim to test"
+    lsl = claims[("lsl", "better")]
+    assert lsl["zero_shot"]["bleu"] == data["directions"]["m2m"]["models"]["lsl"]["verdict_by_kind"]["zero-shot"]["bleu"]
+    assert lsl["win_ratio"] == {"value": 0.0, "wins": 0, "directions": 2}
+    assert lsl["off_target"] == {"model": 25.0, "baseline": 2.5}  # 20 of 80 hypotheses pooled, and 2 of 80
+    section = head_to_head_report.markdown(data)
+    assert "**Zero-shot directions by target language**" in section
+    assert "| yy | 1 | " in section and "(0 / 1)" in section
+    row = next(line for line in section.splitlines() if line.startswith("| adaptive sparse (FFN) |"))
+    assert "Gong et al. (2022)" in row and "+6.2 BLEU" in row and row.endswith("| **holds** |"), row
+    assert "| 25.0 / 2.5 | **reversed (worse)** |" in section
+    # the O2M/M2O record's blocks are what they were
+    make_record(tmp_path / "o2m", models=("baseline", "lsl"), seeds=(1,))
+    o2m = head_to_head_report.build(str(tmp_path / "o2m"), 20, open(os.devnull, "w"))
+    assert "zero_shot" not in o2m["directions"]["o2m"]
+    assert "zero-shot claims" not in head_to_head_report.markdown(o2m)
+
+
+def test_every_compared_model_has_its_papers_zero_shot_claim_or_none():
+    """A model added to the head-to-head states before its M2M runs what its paper claims zero-shot
+    (or that it claims nothing), so the report cannot leave it out of the claims table."""
+    from fairseq_langshare.recipes.head_to_head_zero_shot import CLAIMS
+
+    assert {c.model for c in CLAIMS} == {m.name for m in MODELS} - {"baseline", "baseline_prenorm"}
+    assert all(c.expects in ("better", "worse", None) for c in CLAIMS)
 
 
 def test_a_head_to_head_outside_the_record_leaves_the_records_report_alone(tmp_path, monkeypatch, capsys):

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 
 from .. import comparison, significance
 from ..atomic_files import check_writable, json_text, write_files_atomic
-from . import head_to_head_record, head_to_head_standings
+from . import head_to_head_record, head_to_head_standings, head_to_head_zero_shot
 from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
 from .head_to_head_runs import FLOPS_TOLERANCE, TRAIN_FLAGS, inference_cost, percent_text, ratio_text
 
@@ -170,7 +170,9 @@ def _block(record_dir: str, direction: str, models: Dict[str, List[Dict]], n_sam
     committed = head_to_head_record.committed_date(paths)
     first = models[BASELINE][0]
     problems = _cost_problems(costs)
-    return {
+    entries = {name: _model_entry(name, seeds, cmp, costs[name], record_dir) for name, seeds in models.items()}
+    zero_shot = head_to_head_zero_shot.summary(cmp, models, entries)
+    block = {
         "generated": committed or datetime.date.today().isoformat(),
         "dated_by": "by the newest commit of its records" if committed else
                     "the day of the report, as the record has runs not committed",
@@ -180,9 +182,12 @@ def _block(record_dir: str, direction: str, models: Dict[str, List[Dict]], n_sam
         "runs": _runs_summary(models),
         "directions": cmp["directions"],
         "equal_inference_cost": not problems, "inference_cost_problems": problems,
-        "models": {name: _model_entry(name, seeds, cmp, costs[name], record_dir) for name, seeds in models.items()},
+        "models": entries,
         "comparison": cmp,
     }
+    if zero_shot:  # a set with zero-shot directions (M2M): by target language, and the papers' claims
+        block["zero_shot"] = zero_shot
+    return block
 
 
 def record_path(record_dir: str) -> str:
@@ -342,6 +347,9 @@ def markdown(data: Dict, figure_rel: Optional[str] = None) -> str:
         lines += model_table({m: (entry["flags"], entry, entry["inference_cost"]["flops_ratio"])
                               for m, entry in block["models"].items()})
         lines += ["", _cost_sentence(block), "", comparison.comparison_markdown(block["comparison"])]
+        if block.get("zero_shot"):
+            lines += head_to_head_zero_shot.markdown(block["zero_shot"],
+                                                     {m: e["label"] for m, e in block["models"].items()})
     if figure_rel:
         lines += [f"![BLEU delta against the baseline per direction]({figure_rel})", ""]
     return "\n".join(lines).rstrip() + "\n" + END + "\n"
