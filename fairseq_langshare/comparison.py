@@ -96,7 +96,7 @@ def direction_kinds(directions: Dict[str, Dict]) -> Dict[str, List[str]]:
     return {"supervised": [d for d in directions if d not in zero], "zero-shot": zero}
 
 
-def _significance(base_seeds, seeds, directions, n_samples, references=None, statistics=None, subsets=None):
+def significance_against(base_seeds, seeds, directions, n_samples, references=None, statistics=None, subsets=None):
     """compare_to_baseline on the directions both systems have hypotheses for, or a note why not.
     ``references``: {direction: {"sha256", "lines"}} to test against instead of the files the
     results name (e.g. a head-to-head record's)."""
@@ -171,8 +171,8 @@ def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, me
                                              for m in metrics}
                                       for kind, members in direction_kinds(out["directions"]).items()} or None
         if test and tested:
-            entry["significance"] = _significance(systems[baseline], systems[name], directions, n_samples,
-                                                  references, statistics, direction_kinds(out["directions"]))
+            entry["significance"] = significance_against(systems[baseline], systems[name], directions, n_samples,
+                                                         references, statistics, direction_kinds(out["directions"]))
     return out
 
 

@@ -30,9 +30,9 @@ ZERO_SHOT = ("xx-yy", "yy-xx")  # untrained: evaluate's zero-shot group
 # share of each sentence's words replaced, per model and seed: lsl better on every seed, clsr better
 # on seeds 1 and 3 and clearly worse on seed 2 (level whatever the p-value), adapters worse everywhere
 DAMAGE = {"baseline": (0.5, 0.5, 0.5), "lsl": (0.2, 0.25, 0.2), "clsr": (0.2, 0.8, 0.2), "adapters": (0.8, 0.8, 0.8),
-          "adaptive_sparse": (0.5, 0.5, 0.5)}
+          "adaptive_sparse": (0.5, 0.5, 0.5), "baseline_prenorm": (0.5, 0.5, 0.5)}
 FLOPS = {"baseline": 1_000_000, "lsl": 1_000_000, "clsr": 1_150_000, "adapters": 1_004_000,  # adapters: +0.4%
-         "adaptive_sparse": 1_000_000}
+         "adaptive_sparse": 1_000_000, "baseline_prenorm": 1_000_000}
 
 
 def _profile(name, pairs):
@@ -465,21 +465,22 @@ def test_a_set_with_zero_shot_directions_gets_a_verdict_for_each_kind(tmp_path):
 
 def test_zero_shot_directions_by_target_and_the_papers_claims_against_the_verdicts(tmp_path):
     """M2M: per target language, each model's zero-shot BLEU against the baseline's with the rule's
-    verdict counts and its pooled off-target rate; each paper's zero-shot claim with the pooled
-    zero-shot verdict and its outcome by the rule fixed before the runs (a gain claimed and a loss
-    measured is "reversed", a loss claimed and measured "holds"). Sets without zero-shot
-    directions (the O2M/M2O record) get no such entry."""
+    verdict counts and its pooled off-target rate; each paper's zero-shot claim, in the paper's
+    metric, with the pooled zero-shot verdict and its outcome by the rule fixed before the runs: a
+    claimed gain measured as a loss is "reversed"; a pre-norm model's gain holds only where it also
+    beats ``baseline_prenorm``. Sets without zero-shot directions (the O2M/M2O record) get no such
+    entry."""
     refs = {p: sentences(40, i) for i, p in enumerate(PAIRS["m2m"])}
-    lsl_off = {"xx-yy": 20}  # LSL's output into yy half English; the baseline's 2 of 40
+    record = tmp_path / "record"
     for seed in (1, 2):
-        write_run(tmp_path / "record", "m2m", "baseline", seed, refs, share={p: 0.5 for p in refs},
-                  off={"xx-yy": 2})
-        write_run(tmp_path / "record", "m2m", "lsl", seed, refs, off=lsl_off,
+        write_run(record, "m2m", "baseline", seed, refs, share={p: 0.5 for p in refs}, off={"xx-yy": 2})
+        write_run(record, "m2m", "baseline_prenorm", seed, refs, share={p: 0.5 for p in refs}, off={})
+        write_run(record, "m2m", "lsl", seed, refs, off={"xx-yy": 20},  # LSL's output into yy half English
                   share={p: 0.8 if p in ZERO_SHOT else 0.3 for p in refs})  # better trained, worse zero-shot
-        write_run(tmp_path / "record", "m2m", "adaptive_sparse", seed, refs, off={},
+        write_run(record, "m2m", "adaptive_sparse", seed, refs, off={},
                   share={p: 0.2 if p in ZERO_SHOT else 0.5 for p in refs})  # better zero-shot
-        write_run(tmp_path / "record", "m2m", "clsr", seed, refs, share={p: 0.5 for p in refs}, off={})
-    data = head_to_head_report.build(str(tmp_path / "record"), 50, open(os.devnull, "w"))
+        write_run(record, "m2m", "clsr", seed, refs, share={p: 0.5 for p in refs}, off={})
+    data = head_to_head_report.build(str(record), 50, open(os.devnull, "w"))
     zero = data["directions"]["m2m"]["zero_shot"]
     assert {t: row["directions"] for t, row in zero["by_target"].items()} == {"yy": ["xx-yy"], "xx": ["yy-xx"]}
     into_yy = zero["by_target"]["yy"]["models"]
@@ -488,22 +489,36 @@ def test_zero_shot_directions_by_target_and_the_papers_claims_against_the_verdic
     assert into_yy["lsl"]["bleu"] < into_yy["baseline"]["bleu"] < into_yy["adaptive_sparse"]["bleu"]
     assert into_yy["lsl"]["verdicts"]["bleu"] == {"better": 0, "level": 0, "worse": 1}
     assert into_yy["adaptive_sparse"]["verdicts"]["bleu"]["better"] == 1 and "verdicts" not in into_yy["baseline"]
-    claims = {(c["model"], c["expects"]): c for c in zero["paper_claims"]}
-    assert list(claims) == [("adaptive_sparse", "better"), ("lsl", "better"), ("lsl", "worse"), ("clsr", None)]
-    assert claims[("adaptive_sparse", "better")]["outcome"] == "holds"
-    assert claims[("lsl", "better")]["outcome"] == "reversed (worse)"
-    assert claims[("lsl", "worse")]["outcome"] == "holds"
-    assert claims[("clsr", None)]["outcome"] == "no claim to test"
-    lsl = claims[("lsl", "better")]
-    assert lsl["zero_shot"]["bleu"] == data["directions"]["m2m"]["models"]["lsl"]["verdict_by_kind"]["zero-shot"]["bleu"]
+    claims = {c["model"]: c for c in zero["paper_claims"]}
+    assert list(claims) == ["adaptive_sparse", "lsl", "clsr"]  # in CLAIMS' order; adapters not in this block
+    sparse, lsl = claims["adaptive_sparse"], claims["lsl"]
+    assert (sparse["metric"], sparse["paper_delta"], sparse["also_against"]) == ("bleu", 0.3, "baseline_prenorm")
+    assert sparse["zero_shot"]["bleu"]["verdict"] == sparse["zero_shot_against_also"]["bleu"]["verdict"] == "better"
+    assert sparse["outcome"] == "holds"
+    assert lsl["metric"] == "chrf" and lsl["outcome"] == "reversed (worse)"  # the LSL paper's metric decides
+    kinds = data["directions"]["m2m"]["models"]["lsl"]["verdict_by_kind"]["zero-shot"]
+    assert lsl["zero_shot"] == {m: kinds[m] for m in ("bleu", "chrf")}
+    cmp = data["directions"]["m2m"]["comparison"]["systems"]
+    assert lsl["group_delta"]["chrf"] == pytest.approx(cmp["lsl"]["averages"]["zero-shot"]["chrf"]["mean"]
+                                                       - cmp["baseline"]["averages"]["zero-shot"]["chrf"]["mean"])
+    assert lsl["group_delta"]["chrf"] < 0 < sparse["group_delta"]["bleu"]
     assert lsl["win_ratio"] == {"value": 0.0, "wins": 0, "directions": 2}
     assert lsl["off_target"] == {"model": 25.0, "baseline": 2.5}  # 20 of 80 hypotheses pooled, and 2 of 80
+    assert claims["clsr"]["outcome"] == "no claim to test"
     section = head_to_head_report.markdown(data)
     assert "**Zero-shot directions by target language**" in section
     assert "| yy | 1 | " in section and "(0 / 1)" in section
     row = next(line for line in section.splitlines() if line.startswith("| adaptive sparse (FFN) |"))
-    assert "Gong et al. (2022)" in row and "+6.2 BLEU" in row and row.endswith("| **holds** |"), row
+    assert "Gong et al. (2022)" in row and "| BLEU | +0.30 | +" in row and "baseline_prenorm: **better**" in row
+    assert row.endswith("| **holds** |"), row
     assert "| 25.0 / 2.5 | **reversed (worse)** |" in section
+    # a pre-norm baseline as good zero-shot as the sparse model: its gain is the layer norm's
+    for seed in (1, 2):
+        write_run(record, "m2m", "baseline_prenorm", seed, refs, share={p: 0.1 if p in ZERO_SHOT else 0.5 for p in refs},
+                  off={})
+    again = head_to_head_report.build(str(record), 50, open(os.devnull, "w"))
+    (sparse,) = [c for c in again["directions"]["m2m"]["zero_shot"]["paper_claims"] if c["model"] == "adaptive_sparse"]
+    assert sparse["outcome"] == "not separable from the layer-norm placement (worse against baseline_prenorm)"
     # the O2M/M2O record's blocks are what they were
     make_record(tmp_path / "o2m", models=("baseline", "lsl"), seeds=(1,))
     o2m = head_to_head_report.build(str(tmp_path / "o2m"), 20, open(os.devnull, "w"))
@@ -516,8 +531,10 @@ def test_every_compared_model_has_its_papers_zero_shot_claim_or_none():
     (or that it claims nothing), so the report cannot leave it out of the claims table."""
     from fairseq_langshare.recipes.head_to_head_zero_shot import CLAIMS
 
-    assert {c.model for c in CLAIMS} == {m.name for m in MODELS} - {"baseline", "baseline_prenorm"}
-    assert all(c.expects in ("better", "worse", None) for c in CLAIMS)
+    assert sorted(c.model for c in CLAIMS) == sorted(m.name for m in MODELS if m.name not in ("baseline",
+                                                                                            "baseline_prenorm"))
+    assert all(c.expects in ("better", None) and c.metric in ("bleu", "chrf") for c in CLAIMS)
+    assert all((c.paper_delta is None) == (c.expects is None) for c in CLAIMS)
 
 
 def test_a_head_to_head_outside_the_record_leaves_the_records_report_alone(tmp_path, monkeypatch, capsys):

@@ -171,7 +171,7 @@ def _block(record_dir: str, direction: str, models: Dict[str, List[Dict]], n_sam
     first = models[BASELINE][0]
     problems = _cost_problems(costs)
     entries = {name: _model_entry(name, seeds, cmp, costs[name], record_dir) for name, seeds in models.items()}
-    zero_shot = head_to_head_zero_shot.summary(cmp, models, entries)
+    zero_shot = head_to_head_zero_shot.summary(cmp, models, entries, refs, n_samples)
     block = {
         "generated": committed or datetime.date.today().isoformat(),
         "dated_by": "by the newest commit of its records" if committed else
@@ -349,7 +349,8 @@ def markdown(data: Dict, figure_rel: Optional[str] = None) -> str:
         lines += ["", _cost_sentence(block), "", comparison.comparison_markdown(block["comparison"])]
         if block.get("zero_shot"):
             lines += head_to_head_zero_shot.markdown(block["zero_shot"],
-                                                     {m: e["label"] for m, e in block["models"].items()})
+                                                     {m: e["label"] for m, e in block["models"].items()},
+                                                     block["comparison"].get("off_target"))
     if figure_rel:
         lines += [f"![BLEU delta against the baseline per direction]({figure_rel})", ""]
     return "\n".join(lines).rstrip() + "\n" + END + "\n"
