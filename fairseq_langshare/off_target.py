@@ -225,11 +225,7 @@ def add_off_target(results: Dict, corpus_dir: Optional[str] = None, identifier: 
     split = results.get("split", "test")
     if not corpus_dir or not os.path.isdir(corpus_dir):
         raise OffTargetError(f"corpus directory {corpus_dir!r} of the results not found; pass --corpus")
-    hypotheses = results.get("hypotheses") or {}
-    missing = [d for d in results["directions"] if d not in hypotheses]
-    if missing:
-        raise OffTargetError(f"the results hold no hypotheses for {', '.join(missing)}: evaluate again with "
-                             f"`langshare evaluate` of this version (it stores them)")
+    _check_hypotheses(results)
     languages = corpus_languages(corpus_dir)
     if identifier is None:
         identifier, why = load_identifier(languages)
@@ -240,8 +236,35 @@ def add_off_target(results: Dict, corpus_dir: Optional[str] = None, identifier: 
             _add_averages(results)
             return results
     measured = measure(identifier, reference_sentences(corpus_dir, split, languages))
+    return _add_rates(results, identifier, measured, split)
+
+
+def add_measured(results: Dict, measurement: Dict, identifier: Optional[Identifier] = None) -> Dict:
+    """``add_off_target`` with the identifier's measurement on the corpus's references given
+    (``measure_corpus``'s, e.g. the file ``langshare off-target CORPUS --out-json`` wrote) instead of
+    made from the corpus: for results whose corpus is not at hand. Refused when the installed
+    identifier or the rules are not the ones the measurement was made with (the rates would differ)."""
+    if measurement.get("rules") != rules():
+        raise OffTargetError(f"the identifier was measured under other rules ({measurement.get('rules')}) than this "
+                             f"version's ({rules()}): measure it again with `langshare off-target CORPUS --out-json`")
+    identifier = identifier or Identifier(list(measurement["languages"]))
+    if identifier.name != measurement.get("identifier"):
+        raise OffTargetError(f"the identifier was measured as {measurement.get('identifier')} but {identifier.name} is "
+                             f"installed: install that version (constraints.txt) or measure it again")
+    _check_hypotheses(results)
+    return _add_rates(results, identifier, measurement["languages"], measurement.get("split", "test"))
+
+
+def _check_hypotheses(results: Dict) -> None:
+    missing = [d for d in results["directions"] if d not in (results.get("hypotheses") or {})]
+    if missing:
+        raise OffTargetError(f"the results hold no hypotheses for {', '.join(missing)}: evaluate again with "
+                             f"`langshare evaluate` of this version (it stores them)")
+
+
+def _add_rates(results: Dict, identifier: Identifier, measured: Dict, split: str) -> Dict:
     for d, row in results["directions"].items():
-        row.update(direction_rate(identifier, hypotheses[d], d.split("-")[1], measured))
+        row.update(direction_rate(identifier, results["hypotheses"][d], d.split("-")[1], measured))
     left_out = {lang: m["note"] for lang, m in measured.items() if not m["included"]}
     results["off_target"] = {"identifier": identifier.name, "rules": rules(), "split": split, "languages": measured,
                              "left_out": left_out, "too_short": too_short([results["directions"]], left_out)}

@@ -41,15 +41,17 @@ def _profile(name, pairs):
             "inference": {p: {"flops": FLOPS[name], "encoder": dict(stack), "decoder": dict(stack)} for p in pairs}}
 
 
-def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", updates=2000, share=None, off=None):
+def write_run(record_dir, direction, name, seed, refs, cpu="AMD EPYC 7B13", updates=2000, share=None, off=None,
+              hyps=None):
     """One synthetic run's record, as ``head_to_head_runs.record_run`` lays it out; ``share``:
     {pair: share of words replaced} instead of DAMAGE's; ``off``: {pair: hypotheses identified as
-    another language} of the 40 identified per pair, as ``langshare evaluate`` records them."""
+    another language} of the 40 identified per pair, as ``langshare evaluate`` records them;
+    ``hyps``: {pair: hypotheses} to record as they are."""
     from sacrebleu.metrics import BLEU, CHRF
 
     pairs = PAIRS[direction]
-    hyps = {p: degrade(refs[p], (share or {}).get(p, DAMAGE[name][(seed - 1) % 3]),
-                       zlib.crc32(f"{name} {seed} {p}".encode())) for p in pairs}
+    hyps = {p: (hyps or {}).get(p) or degrade(refs[p], (share or {}).get(p, DAMAGE[name][(seed - 1) % 3]),
+                                              zlib.crc32(f"{name} {seed} {p}".encode())) for p in pairs}
     rows = {p: {"bleu": BLEU().corpus_score(hyps[p], [refs[p]]).score,
                 "chrf": CHRF().corpus_score(hyps[p], [refs[p]]).score, "spbleu": None,
                 "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
@@ -524,6 +526,47 @@ def test_zero_shot_directions_by_target_and_the_papers_claims_against_the_verdic
     o2m = head_to_head_report.build(str(tmp_path / "o2m"), 20, open(os.devnull, "w"))
     assert "zero_shot" not in o2m["directions"]["o2m"]
     assert "zero-shot claims" not in head_to_head_report.markdown(o2m)
+
+
+def test_runs_evaluated_without_the_off_target_rate_get_it_from_the_recorded_hypotheses(tmp_path, monkeypatch):
+    """The O2M/M2O record's runs were evaluated before `langshare evaluate` measured the off-target
+    rate: with the identifier's measurement on the corpus's references committed beside them
+    (`langshare off-target CORPUS --out-json RECORD/o2m/language_id.json`), the report gives them
+    the rate `langshare off-target --results` would, from their hypotheses, without changing them."""
+    pytest.importorskip("py3langid", reason="the off-target rate needs the langid extra (py3langid)")
+    from test_off_target import reference_corpus
+    from test_off_target import sentences as in_language
+
+    monkeypatch.setitem(PAIRS, "o2m", ("en-fr", "en-de"))
+    refs = {"en-fr": in_language("fr", 40, 1), "en-de": in_language("de", 40, 2)}
+    record = tmp_path / "record"
+    for seed in (1, 2):
+        write_run(record, "o2m", "baseline", seed, refs, share={p: 0.1 for p in refs})
+        write_run(record, "o2m", "lsl", seed, refs, share={p: 0.1 for p in refs},
+                  hyps={"en-de": in_language("fr", 40, 10 + seed)})  # asked for German, writes French
+    block = head_to_head_report.build(str(record), 20, open(os.devnull, "w"))["directions"]["o2m"]
+    assert "off_target" not in block["comparison"] and "off_target_from_record" not in block  # no measurement
+    corpus = reference_corpus(tmp_path / "corpus", ["en", "fr", "de"])
+    assert cli.main(["off-target", corpus, "--out-json", head_to_head_record.language_id_path(str(record), "o2m")]) == 0
+    data = head_to_head_report.build(str(record), 20, open(os.devnull, "w"))
+    block = data["directions"]["o2m"]
+    assert block["off_target_from_record"] == {
+        "measurement": os.path.join("o2m", "language_id.json"),
+        "runs": ["o2m/baseline/seed1", "o2m/baseline/seed2", "o2m/lsl/seed1", "o2m/lsl/seed2"]}
+    rates = {name: e["off_target"]["directions"] for name, e in block["comparison"]["systems"].items()}
+    assert rates["lsl"]["en-de"]["mean"] == 100.0 and rates["baseline"]["en-de"]["mean"] < 10
+    assert rates["lsl"]["en-fr"]["mean"] == rates["baseline"]["en-fr"]["mean"]  # the same output language
+    section = head_to_head_report.markdown(data)
+    assert "Off-target rate, %" in section and "Off-target rates of every run: computed by the report" in section
+    lsl = head_to_head_record.load(head_to_head_record.run_path(str(record), "o2m", "lsl", 1))
+    assert "off_target" not in lsl["results"] and "off_target" not in lsl["results"]["directions"]["en-de"]
+    # a measurement of another identifier version would give other rates: refused in one line
+    with open(head_to_head_record.language_id_path(str(record), "o2m")) as f:
+        measured = json.load(f)
+    with open(head_to_head_record.language_id_path(str(record), "o2m"), "w") as f:
+        json.dump(dict(measured, identifier="py3langid 0.0.1"), f)
+    with pytest.raises(ValueError, match="measured as py3langid 0.0.1 but py3langid"):
+        head_to_head_report.build(str(record), 20, open(os.devnull, "w"))
 
 
 def test_every_compared_model_has_its_papers_zero_shot_claim_or_none():

@@ -91,6 +91,28 @@ def test_rate_on_hypotheses_of_known_languages(tmp_path):
     assert "Off-target: % of hypotheses of >= 20 characters" in off_target.note(info)
 
 
+def test_rates_from_a_committed_measurement_equal_those_from_the_corpus(tmp_path):
+    """``add_measured``: results whose corpus is not at hand (the head-to-head record's runs) get the
+    rate from the identifier's measurement as `langshare off-target CORPUS --out-json` writes it, the
+    same as from the corpus; refused under another identifier version or other rules."""
+    corpus = reference_corpus(tmp_path / "c", ["en", "fr", "de", "nb", "nn"])
+
+    def results():
+        return {"split": "test", "directions": {"en-fr": {"group": "high"}, "en-nb": {"group": "low"}},
+                "averages": {"high": {}, "low": {}, "all": {}},
+                "hypotheses": {"en-fr": sentences("fr", 20, 7) + sentences("de", 5, 8), "en-nb": sentences("nb", 9, 9)}}
+
+    from_corpus = off_target.add_off_target(results(), corpus)
+    measurement = json.loads(json.dumps(off_target.measure_corpus(corpus)))  # as the file holds it
+    given = off_target.add_measured(results(), measurement)
+    assert given == from_corpus
+    assert given["directions"]["en-fr"]["off_target"] == pytest.approx(20.0) and "nb" in given["off_target"]["left_out"]
+    with pytest.raises(off_target.OffTargetError, match="measured as py3langid 0.0.1 but py3langid"):
+        off_target.add_measured(results(), dict(measurement, identifier="py3langid 0.0.1"))
+    with pytest.raises(off_target.OffTargetError, match="other rules"):
+        off_target.add_measured(results(), dict(measurement, rules=dict(measurement["rules"], min_chars=10)))
+
+
 def test_languages_the_identifier_cannot_tell_are_left_out(tmp_path):
     corpus = reference_corpus(tmp_path / "c", ["en", "fr", "nb", "nn", "qq", "de", "de_AT"],
                               refs={"qq": sentences("fr", 12, 3), "de": sentences("de", 12, 4)})

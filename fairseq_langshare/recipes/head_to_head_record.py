@@ -13,6 +13,8 @@ content gives the same bytes.
 
 ``RECORD/<direction>/<model>/seed<k>.train.log.gz`` is the run's fairseq-train log, which the
 training time is read from (summed over the processes that trained the run).
+``RECORD/<direction>/language_id.json`` (optional) is the language identifier's measurement on the
+corpus's references, from which the report gives runs evaluated without an off-target rate theirs.
 
 Writers: ``dump``, ``dump_log``, ``write_references``, ``provenance``, ``last_validation``; a run's record is
 assembled by ``head_to_head_runs.record_run``, which knows the runs (this module imports none of
@@ -51,6 +53,13 @@ def log_path(record_dir: str, direction: str, model: str, seed: int) -> str:
 
 def references_path(record_dir: str, direction: str) -> str:
     return os.path.join(record_dir, direction, "references.json.gz")
+
+
+def language_id_path(record_dir: str, direction: str) -> str:
+    """The language identifier measured on the references of the direction's corpus
+    (``langshare off-target CORPUS --out-json``), for runs evaluated before ``langshare evaluate``
+    measured the off-target rate: the report computes theirs from their recorded hypotheses."""
+    return os.path.join(record_dir, direction, "language_id.json")
 
 
 def _write_gzip(path: str, text: str) -> None:

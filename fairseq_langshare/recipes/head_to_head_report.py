@@ -11,6 +11,7 @@ same bytes (``langshare head-to-head --report-only``).
 """
 
 import datetime
+import json
 import os
 import re
 import shlex
@@ -18,7 +19,7 @@ import statistics
 import sys
 from typing import Dict, List, Optional
 
-from .. import comparison, significance
+from .. import comparison, off_target, significance
 from ..atomic_files import check_writable, json_text, write_files_atomic
 from . import head_to_head_record, head_to_head_standings, head_to_head_zero_shot
 from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
@@ -154,9 +155,32 @@ def _cost_problems(costs: Dict[str, Dict]) -> List[str]:
     return problems
 
 
+def _off_target_from_record(record_dir: str, direction: str, models: Dict[str, List[Dict]]) -> Optional[Dict]:
+    """Runs evaluated before ``langshare evaluate`` measured the off-target rate get it from their
+    recorded hypotheses and the direction's committed measurement of the identifier on the corpus's
+    references (``head_to_head_record.language_id_path``), as ``langshare off-target --results``
+    would give them (in memory: the records stay as they were made). Returns which runs and from
+    which file, or None."""
+    path = head_to_head_record.language_id_path(record_dir, direction)
+    runs = [r for seeds in models.values() for r in seeds if not (r["results"].get("off_target") or {}).get("identifier")]
+    if not runs or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        measurement = json.load(f)
+    try:
+        identifier = off_target.Identifier(list(measurement["languages"]))
+        for r in runs:
+            off_target.add_measured(r["results"], measurement, identifier)
+    except off_target.OffTargetError as error:
+        raise ValueError(f"{path}: {error}") from None
+    return {"measurement": os.path.relpath(path, record_dir),
+            "runs": [f"{r['direction']}/{r['model']}/seed{r['seed']}" for r in runs]}
+
+
 def _block(record_dir: str, direction: str, models: Dict[str, List[Dict]], n_samples: int, left_out: List[str],
            stream) -> Dict:
     refs = head_to_head_record.read_references(record_dir, direction)
+    rated_here = _off_target_from_record(record_dir, direction, models)
     named = [(name, r["results"]) for name, seeds in models.items() for r in seeds]
     print(f"== {direction}: testing {len(models) - 1} models against {BASELINE} on seeds "
           f"{', '.join(str(r['seed']) for r in models[BASELINE])} ({n_samples} bootstrap resamples)", file=stream,
@@ -167,6 +191,7 @@ def _block(record_dir: str, direction: str, models: Dict[str, List[Dict]], n_sam
              for seeds in models.values() for r in seeds] + [head_to_head_record.references_path(record_dir, direction)]
     paths += [p for p in (head_to_head_record.log_path(record_dir, r["direction"], r["model"], r["seed"])
                           for seeds in models.values() for r in seeds) if os.path.isfile(p)]
+    paths += [head_to_head_record.language_id_path(record_dir, direction)] if rated_here else []
     committed = head_to_head_record.committed_date(paths)
     first = models[BASELINE][0]
     problems = _cost_problems(costs)
@@ -185,6 +210,8 @@ def _block(record_dir: str, direction: str, models: Dict[str, List[Dict]], n_sam
         "models": entries,
         "comparison": cmp,
     }
+    if rated_here:
+        block["off_target_from_record"] = rated_here
     if zero_shot:  # a set with zero-shot directions (M2M): by target language, and the papers' claims
         block["zero_shot"] = zero_shot
     return block
@@ -311,6 +338,13 @@ def _block_intro(block: Dict) -> List[str]:
     if block["not_reported"]:
         lines += ["", "Recorded but not reported (not every model has the seed yet): "
                   + ", ".join(block["not_reported"]) + "."]
+    rated = block.get("off_target_from_record")
+    if rated:
+        which = "every run" if len(rated["runs"]) == sum(block["runs"]["machines"].values()) else ", ".join(rated["runs"])
+        lines += ["", f"Off-target rates of {which}: computed by the report from the recorded hypotheses and "
+                      f"`{rated['measurement']}` (the identifier measured on the corpus's test references, `langshare "
+                      "off-target CORPUS --out-json`), as `langshare off-target --results` adds them; these runs were "
+                      "evaluated before `langshare evaluate` measured the rate."]
     return lines + [""]
 
 
