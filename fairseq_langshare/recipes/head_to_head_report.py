@@ -162,7 +162,8 @@ def _off_target_from_record(record_dir: str, direction: str, models: Dict[str, L
     would give them (in memory: the records stay as they were made). Returns which runs and from
     which file, or None."""
     path = head_to_head_record.language_id_path(record_dir, direction)
-    runs = [r for seeds in models.values() for r in seeds if not (r["results"].get("off_target") or {}).get("identifier")]
+    runs = [r for seeds in models.values() for r in seeds
+            if not (r["results"].get("off_target") or {}).get("identifier")]
     if not runs or not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8") as f:
@@ -340,7 +341,8 @@ def _block_intro(block: Dict) -> List[str]:
                   + ", ".join(block["not_reported"]) + "."]
     rated = block.get("off_target_from_record")
     if rated:
-        which = "every run" if len(rated["runs"]) == sum(block["runs"]["machines"].values()) else ", ".join(rated["runs"])
+        every = len(rated["runs"]) == sum(block["runs"]["machines"].values())
+        which = "every run" if every else ", ".join(rated["runs"])
         lines += ["", f"Off-target rates of {which}: computed by the report from the recorded hypotheses and "
                       f"`{rated['measurement']}` (the identifier measured on the corpus's test references, `langshare "
                       "off-target CORPUS --out-json`), as `langshare off-target --results` adds them; these runs were "

@@ -217,8 +217,8 @@ def markdown(zero: Dict, labels: Dict[str, str], off_target_info: Optional[Dict]
     lines += rates
     if note(off_target_info):
         lines += ["", note(off_target_info) + "."]
-    lines += ["", "**The papers' zero-shot claims, here** (decided before any M2M run, in the paper's metric: a claimed "
-              "gain holds where the zero-shot directions pooled are better than the baseline by the verdict rule, "
+    lines += ["", "**The papers' zero-shot claims, here** (decided before any M2M run, in the paper's metric: a "
+              "claimed gain holds where the zero-shot directions pooled are better than the baseline by the verdict rule, "
               "and for a pre-norm model better than `baseline_prenorm` too; level: not reproduced; worse: reversed. "
               "The outcome is about the sign; the sizes stand beside it: the paper's difference and the block's, "
               "each a mean over the zero-shot directions):", "",
