@@ -64,6 +64,14 @@ def verdict(delta: Optional[float], p_value: Optional[float], seed_deltas: Seque
     return "level"
 
 
+def pooled_verdicts(pooled: Dict, metrics: Sequence[str] = TESTED_METRICS) -> Optional[Dict]:
+    """{metric: verdict, delta, p-value, each seed's delta} of a pooled test (``compare_to_baseline``'s
+    ``pooled`` or one of its ``pooled_subsets``), for the metrics it tested; None if none."""
+    return {m: {"verdict": pooled[m]["verdict"], "delta": pooled[m]["seeds_concatenated"]["delta"],
+                "p_value": pooled[m]["seeds_concatenated"]["p_value"], "seed_deltas": pooled[m]["seed_deltas"]}
+            for m in metrics if m in pooled} or None
+
+
 class SentenceStatistics:
     """sacrebleu metrics whose per-sentence statistics are computed once per (hypothesis,
     reference) and then reused (see the module docstring); one instance per set of tests that

@@ -18,7 +18,8 @@ import pytest
 
 from fairseq_langshare import cli, significance
 from fairseq_langshare.atomic_files import json_text
-from fairseq_langshare.recipes import head_to_head, head_to_head_record, head_to_head_report, head_to_head_standings
+from fairseq_langshare.recipes import (head_to_head, head_to_head_record, head_to_head_report, head_to_head_standings,
+                                       head_to_head_zero_shot)
 from fairseq_langshare.recipes.head_to_head_models import MODELS
 from synthetic_translations import degrade, sentences
 
@@ -514,6 +515,9 @@ def test_zero_shot_directions_by_target_and_the_papers_claims_against_the_verdic
     assert "Gong et al. (2022)" in row and "| BLEU | +0.30 | +" in row and "baseline_prenorm: **better**" in row
     assert row.endswith("| **holds** |"), row
     assert "| 25.0 / 2.5 | **reversed (worse)** |" in section
+    no_claims = head_to_head_zero_shot.markdown(dict(zero, paper_claims=[]), {})  # only baselines recorded yet
+    assert "**Zero-shot directions by target language**" in "\n".join(no_claims)
+    assert not any("zero-shot claims" in line for line in no_claims)
     # a pre-norm baseline as good zero-shot as the sparse model: its gain is the layer norm's
     for seed in (1, 2):
         write_run(record, "m2m", "baseline_prenorm", seed, refs, share={p: 0.1 if p in ZERO_SHOT else 0.5 for p in refs},

@@ -108,13 +108,6 @@ def _pooled(system: Dict) -> Dict:
     return sig.get("pooled") or {}
 
 
-def _verdicts(pooled: Dict) -> Optional[Dict]:
-    """{metric: verdict, delta, p-value, each seed's delta} of a pooled test, if tested."""
-    return {m: {"verdict": pooled[m]["verdict"], "delta": pooled[m]["seeds_concatenated"]["delta"],
-                "p_value": pooled[m]["seeds_concatenated"]["p_value"], "seed_deltas": pooled[m]["seed_deltas"]}
-            for m in METRICS if m in pooled} or None
-
-
 def _model_entry(name: str, seeds: List[Dict], cmp: Dict, cost: Dict, record_dir: str) -> Dict:
     first = seeds[0]
     system = cmp["systems"][name]
@@ -136,9 +129,10 @@ def _model_entry(name: str, seeds: List[Dict], cmp: Dict, cost: Dict, record_dir
         "pooled_p_value": {m: pooled[m]["seeds_concatenated"]["p_value"] for m in METRICS if m in pooled} or None,
         "pooled_p_value_per_seed": {m: [t["p_value"] for t in pooled[m]["per_seed"]] for m in METRICS
                                     if m in pooled} or None,
-        "verdict": _verdicts(pooled),
+        "verdict": significance.pooled_verdicts(pooled, METRICS),
         # a set with zero-shot directions: the supervised and the zero-shot ones each pooled on its own
-        "verdict_by_kind": {kind: {"directions": row["directions"], **(_verdicts(row) or {})} for kind, row in kinds.items()}
+        "verdict_by_kind": {kind: {"directions": row["directions"], **(significance.pooled_verdicts(row, METRICS) or {})}
+                            for kind, row in kinds.items()}
                            if kinds else None,
     }
 

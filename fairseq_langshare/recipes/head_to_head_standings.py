@@ -16,6 +16,7 @@ names the models it did not compare.
 import os
 from typing import Dict, Optional
 
+from ..significance import format_p
 from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
 from .head_to_head_record import RECORD_DIR
 from .head_to_head_runs import percent_text, ratio_text
@@ -38,22 +39,19 @@ def _labels(data: Optional[Dict]) -> Dict[str, str]:
     return labels
 
 
-def _p(p_value: Optional[float]) -> str:
-    return "not testable" if p_value is None else f"{p_value:.3f}"
-
-
-def _verdict_text(v: Dict) -> str:
+def verdict_text(v: Dict) -> str:
+    """A pooled verdict (``significance.pooled_verdicts``'s, one metric) as the tables write it."""
     seeds = ", ".join(f"{d:+.2f}" for d in v["seed_deltas"])
-    return f"**{v['verdict']}** {v['delta']:+.2f} (p {_p(v['p_value'])}; seeds {seeds})"
+    return f"**{v['verdict']}** {v['delta']:+.2f} (p {format_p(v['p_value'])}; seeds {seeds})"
 
 
 def _cell(entry: Optional[Dict], metric: str) -> str:
     if entry is None or not (entry.get("verdict") or {}).get(metric):
         return MISSING
     if entry.get("verdict_by_kind"):
-        return "; ".join(f"{kind} {_verdict_text(v[metric])}" for kind, v in entry["verdict_by_kind"].items()
+        return "; ".join(f"{kind} {verdict_text(v[metric])}" for kind, v in entry["verdict_by_kind"].items()
                          if metric in v)
-    return _verdict_text(entry["verdict"][metric])
+    return verdict_text(entry["verdict"][metric])
 
 
 def _cost(entry: Optional[Dict]) -> str:

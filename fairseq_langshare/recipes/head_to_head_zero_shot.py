@@ -15,8 +15,9 @@ from typing import Dict, List, NamedTuple, Optional
 
 from .. import comparison
 from ..off_target import group_rate, note
-from ..significance import format_p, seed_summary
+from ..significance import VERDICTS, pooled_verdicts, seed_summary
 from .head_to_head_models import BASELINE
+from .head_to_head_standings import verdict_text
 
 ZERO_SHOT = "zero-shot"
 METRICS = ("bleu", "chrf")
@@ -78,22 +79,18 @@ def by_target(cmp: Dict, models: Dict[str, List[Dict]]) -> Dict[str, Dict]:
         entries = {}
         for name, seeds in models.items():
             system = cmp["systems"][name]
-            entry = {m: _mean([system["directions"][d][m]["mean"] for d in dirs]) for m in METRICS}
+            entry = {m: seed_summary([system["directions"][d][m]["mean"] for d in dirs])["mean"] for m in METRICS}
             entry["off_target"] = seed_summary([group_rate([r["results"]["directions"].get(d) or {} for d in rated])
                                                 ["off_target"] for r in seeds])
             if name != cmp["baseline"]:
                 tests = (system.get("significance") or {}).get("directions") or {}
                 verdicts = [(tests.get(d) or {}) for d in dirs]
                 entry["verdicts"] = {m: {v: sum(t.get(m, {}).get("verdict") == v for t in verdicts)
-                                         for v in ("better", "level", "worse")}
+                                         for v in VERDICTS}
                                      if any(m in t for t in verdicts) else None for m in METRICS}
             entries[name] = entry
         out[tgt] = {"directions": dirs, "models": entries}
     return out
-
-
-def _mean(values) -> Optional[float]:
-    return None if not values or any(v is None for v in values) else sum(values) / len(values)
 
 
 def _zero_shot_verdicts_and_wins(name: str, entry: Dict, cmp: Dict):
@@ -151,23 +148,21 @@ def paper_claims(block_models: Dict[str, Dict], cmp: Dict, models: Dict[str, Lis
         if c.model not in block_models:
             continue
         here, wins = _zero_shot_verdicts_and_wins(c.model, block_models[c.model], cmp)
+        also = c.also_against if c.also_against in models else None
         second = None
-        if c.also_against in models:
-            zero = zero_shot_directions(cmp)
-            sig = comparison.significance_against([r["results"] for r in models[c.also_against]],
-                                                  [r["results"] for r in models[c.model]], zero, n_samples, references)
-            second = {m: {"verdict": t["verdict"], "delta": t["seeds_concatenated"]["delta"],
-                          "p_value": t["seeds_concatenated"]["p_value"], "seed_deltas": t["seed_deltas"]}
-                      for m, t in (sig.get("pooled") or {}).items() if m in METRICS} or None
+        if also:
+            sig = comparison.significance_against([r["results"] for r in models[also]],
+                                                  [r["results"] for r in models[c.model]], zero_shot_directions(cmp),
+                                                  n_samples, references)
+            second = pooled_verdicts(sig.get("pooled") or {}, METRICS)
         out.append({"model": c.model, "label": block_models[c.model]["label"], "source": c.source, "claim": c.claim,
                     "metric": c.metric, "paper_delta": c.paper_delta, "expects": c.expects, "zero_shot": here,
                     "group_delta": {m: _group_delta(cmp, c.model, m) for m in METRICS},
-                    "also_against": c.also_against if c.also_against in models else None,
+                    "also_against": also,
                     "zero_shot_against_also": second,
                     "win_ratio": wins.get(c.metric),
                     "off_target": {"model": _zero_shot_rate(cmp, c.model), "baseline": _zero_shot_rate(cmp, BASELINE)},
-                    "outcome": _outcome(c.expects, here.get(c.metric), (second or {}).get(c.metric),
-                                        c.also_against if c.also_against in models else None)})
+                    "outcome": _outcome(c.expects, here.get(c.metric), (second or {}).get(c.metric), also)})
     return out
 
 
@@ -217,13 +212,15 @@ def markdown(zero: Dict, labels: Dict[str, str], off_target_info: Optional[Dict]
     lines += rates
     if note(off_target_info):
         lines += ["", note(off_target_info) + "."]
+    if not zero["paper_claims"]:  # none of the block's models has a claim (e.g. only the baselines recorded yet)
+        return lines + [""]
     lines += ["", "**The papers' zero-shot claims, here** (decided before any M2M run, in the paper's metric: a "
-              "claimed gain holds where the zero-shot directions pooled are better than the baseline by the verdict rule, "
-              "and for a pre-norm model better than `baseline_prenorm` too; level: not reproduced; worse: reversed. "
+              "claimed gain holds where the zero-shot directions pooled are better than the baseline by the verdict "
+              "rule, and for a pre-norm model better than `baseline_prenorm` too; level: not reproduced; worse: reversed. "
               "The outcome is about the sign; the sizes stand beside it: the paper's difference and the block's, "
               "each a mean over the zero-shot directions):", "",
               "| model | paper | claim | metric | paper's difference | difference here (mean over directions) | "
-              "verdict, zero-shot pooled [each seed] | against the second baseline | zero-shot directions ahead | "
+              "verdict, zero-shot pooled | against the second baseline | zero-shot directions ahead | "
               "off-target %, model / baseline | outcome |", "|---|---|---|---|---:|---:|---|---|---:|---:|---|"]
     for c in zero["paper_claims"]:
         m = c["metric"]
@@ -239,7 +236,4 @@ def markdown(zero: Dict, labels: Dict[str, str], off_target_info: Optional[Dict]
 
 
 def _verdict_cell(v: Optional[Dict]) -> str:
-    if not v:
-        return "-"
-    seeds = ", ".join(f"{d:+.2f}" for d in v["seed_deltas"])
-    return f"**{v['verdict']}** {v['delta']:+.2f} [{seeds}], p {format_p(v['p_value'])}"
+    return verdict_text(v) if v else "-"
