@@ -15,15 +15,17 @@ T-bar on. fairseq 0.12's ``DistributedFairseqModel`` wraps the model as follows,
   on, with a one-line notice; what the search for unused parameters costs is measured in docs/scale.md.
   fairseq also passes
   ``device_ids=[device_id]``, which torch refuses for a model on the CPU; a CPU model gets none.
-  On the CPU (gloo) such a model's buckets are all-reduced by ``allreduce_nonzero_gradients``: only
-  the gradients some rank has nonzero travel, so a step does not send the zeros of every absent
-  language's parameters (the multi-stacks' unused stacks, latent depth's layers no language keeps).
 * ``--ddp-backend legacy_ddp`` all-reduces a zero gradient for a parameter no rank used, so Adam's
   moments move it on the next updates, which one process (whose optimizer skips a parameter
   without a gradient) never does. For such models a parameter no rank used keeps no gradient and is
   not all-reduced (one more all-reduce, of one flag per parameter, decides which), so N ranks with
   batch B reach the parameters one process reaches with ``--update-freq N`` on the same batches, as
-  with ``pytorch_ddp``.
+  with ``pytorch_ddp``, and a step sends only what some rank used (fairseq's sends its whole buffer,
+  one slot per parameter).
+
+A DDP communication hook doing the same for ``pytorch_ddp`` (a flag per gradient, then only the
+gradients nonzero on some rank) was measured slower than torch's own all-reduce on the CPU, the
+zeros included (docs/benchmarks.md), and is not used.
 
 Other models and backends are wrapped by fairseq as before.
 """
@@ -31,15 +33,13 @@ Other models and backends are wrapped by fairseq as before.
 import logging
 
 import torch
-import torch.distributed as dist
 from fairseq.distributed import DistributedTimeoutWrapper, LegacyDistributedDataParallel, ModuleProxyWrapper
 from fairseq.distributed import utils as distributed_utils
 from torch.nn.parallel import DistributedDataParallel
 
 from .fairseq_replacements import replace
 
-__all__ = ["leaves_parameters_unused", "distributed_model", "UnusedStayUnusedLegacyDDP", "allreduce_nonzero_gradients",
-           "install"]
+__all__ = ["leaves_parameters_unused", "distributed_model", "UnusedStayUnusedLegacyDDP", "install"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,45 +77,6 @@ class UnusedStayUnusedLegacyDDP(LegacyDistributedDataParallel):
         distributed_utils.all_reduce(flat, self.process_group)
         for grad, reduced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
             grad.copy_(reduced)
-
-
-# a run of skipped gradients shorter than this is all-reduced with its neighbours (one collective's
-# latency on gloo costs about as much as sending this many floats)
-MERGE_GAP = 2 ** 16
-
-
-def allreduce_nonzero_gradients(process_group, bucket):
-    """DDP communication hook: torch's default mean all-reduce (``allreduce_hook``) of a bucket, sent only
-    for the gradients that are nonzero on some rank; the others are zero everywhere and stay zero.
-
-    One all-reduce of a flag per gradient decides which, then each run of such gradients is all-reduced
-    in place. The flags are read on the host, so the hook is for CPU training (on GPUs the read would
-    wait for the backward pass)."""
-    group = process_group if process_group is not None else dist.group.WORLD
-    buffer = bucket.buffer()
-    grads = bucket.gradients()
-    base, size = buffer.data_ptr(), buffer.element_size()
-    spans = [((g.data_ptr() - base) // size, g.numel()) for g in grads]
-    if not all(g.is_contiguous() and 0 <= start and start + n <= buffer.numel() for g, (start, n) in zip(grads, spans)):
-        buffer.div_(group.size())  # not views of the bucket: the default hook
-        return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(lambda fut: fut.value()[0])
-    nonzero = torch.stack([g.ne(0).any() for g in grads]).to(torch.int32)
-    dist.all_reduce(nonzero, group=group)
-    runs: list = []
-    for (start, n), flag in sorted(zip(spans, nonzero.tolist())):
-        if not flag:
-            continue
-        if runs and start - runs[-1][1] <= MERGE_GAP:
-            runs[-1][1] = max(runs[-1][1], start + n)
-        else:
-            runs.append([start, start + n])
-    for start, end in runs:
-        run = buffer[start:end]
-        run.div_(group.size())
-        dist.all_reduce(run, group=group)
-    done = torch.futures.Future()
-    done.set_result(buffer)
-    return done
 
 
 def _wrap(args, wrapped):
@@ -158,8 +119,6 @@ def distributed_model(args, model, process_group, device):
 
         logger.info("enable fp16 communication hook in DDP")
         register_ddp_comm_hook(DDPCommHookType.FP16_COMPRESS, wrapped)
-    elif unused and on_cpu:
-        wrapped.register_comm_hook(process_group, allreduce_nonzero_gradients)
     return _wrap(args, wrapped)
 
 
