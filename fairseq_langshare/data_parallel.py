@@ -71,12 +71,30 @@ class UnusedStayUnusedLegacyDDP(LegacyDistributedDataParallel):
             kept.append(p)
         if not kept:
             return
-        grads = [p.grad.data for p in kept]
-        flat = torch._utils._flatten_dense_tensors(grads)
-        flat.div_(self.world_size)  # as fairseq's: divided, then summed
-        distributed_utils.all_reduce(flat, self.process_group)
-        for grad, reduced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
-            grad.copy_(reduced)
+        if self.buffer is None:  # fairseq's: one slot per parameter, allocated once
+            self.buffer = params[0].new(self.buffer_size)
+        group, filled = [], 0
+        for p in kept:  # in buffer-sized groups, as fairseq's
+            if group and filled + p.numel() > self.buffer.numel():
+                self._send(group)
+                group, filled = [], 0
+            group.append(p)
+            filled += p.numel()
+        self._send(group)
+
+    def _send(self, params):
+        """All-reduce the mean gradient of ``params`` through the buffer (a larger one directly)."""
+        if len(params) == 1 and params[0].numel() > self.buffer.numel():
+            sent, params = params[0].grad.data, []
+        else:
+            sent = self.buffer[:sum(p.numel() for p in params)]
+            torch.cat([p.grad.data.view(-1) for p in params], out=sent)
+        sent.div_(self.world_size)  # as fairseq's: divided, then summed
+        distributed_utils.all_reduce(sent, self.process_group)
+        start = 0
+        for p in params:
+            p.grad.data.copy_(sent[start:start + p.numel()].view_as(p))
+            start += p.numel()
 
 
 def _wrap(args, wrapped):

@@ -239,7 +239,8 @@ def test_the_comparison_catches_unsynchronised_gradients(harness, run):
 
 # --- what a step sends ------------------------------------------------------------------------
 
-def test_a_legacy_ddp_step_sends_only_the_gradients_of_parameters_some_rank_used(corpus, monkeypatch):
+@pytest.mark.parametrize("buffer_size", [None, 3000])  # fairseq's (every parameter fits), or in groups
+def test_a_legacy_ddp_step_sends_only_the_gradients_of_parameters_some_rank_used(corpus, monkeypatch, buffer_size):
     """Was: ``legacy_ddp`` all-reduced fairseq's whole buffer every update, one slot per trainable parameter,
     the zeros of what no rank used included (multi-stacks: the other languages' stacks; 2.6 times what
     this step uses). Now only the gradients of the parameters some rank used travel, and they arrive as
@@ -271,12 +272,15 @@ def test_a_legacy_ddp_step_sends_only_the_gradients_of_parameters_some_rank_used
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         wrapped = data_parallel.distributed_model(args, model, dist.group.WORLD, "cpu")
+        if buffer_size:
+            wrapped.module.buffer_size = buffer_size  # smaller than some parameters, too
         torch.manual_seed(0)
         criterion(wrapped, sample)[0].backward()
         wrapped.all_reduce_grads()
     finally:
         dist.destroy_process_group()
     assert sum(sent) == sum(g.numel() for g in alone.values())
+    assert len(sent) == 1 if buffer_size is None else len(sent) > 2
     arrived = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
     assert arrived.keys() == alone.keys()
     for name, grad in arrived.items():
