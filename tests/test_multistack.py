@@ -512,3 +512,24 @@ def test_two_process_gloo_training_with_unused_stacks(corpus, families, tmp_path
     assert '"num_updates": "3"' in outs[0]
     saved = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", weights_only=True)
     assert saved["model"]["encoder.group_of_lang"].tolist() == [0, 1, 0]
+
+
+def test_stacks_no_training_direction_reaches_are_named_in_one_warning(corpus, families, caplog):
+    """Was silent: an O2M run with --multi-encoder src-lang built one encoder per language, of which only
+    English's ever trains; a zero-shot sentence from xx decoded with an untrained encoder."""
+    flags = ("--multi-encoder", "src-lang", "--multi-decoder", "tgt-lang")
+    with caplog.at_level("WARNING", logger="fairseq_langshare.models.multistack_transformer"):
+        build(corpus, families, *flags, pairs=["en-xx", "en-yy"])
+    warned = [r.getMessage() for r in caplog.records if "never train" in r.getMessage()]
+    assert warned == [
+        "--multi-encoder src-lang: no training direction of --lang-pairs has a source language in xx, yy, so 2 of "
+        "the 3 encoders never train (a sentence routed to one decodes with untrained weights; docs/scale.md: their "
+        "zero gradients still travel under --ddp-backend pytorch_ddp)",
+        "--multi-decoder tgt-lang: no training direction of --lang-pairs has a target language in en, so 1 of the "
+        "3 decoders never train (a sentence routed to one decodes with untrained weights; docs/scale.md: their "
+        "zero gradients still travel under --ddp-backend pytorch_ddp)"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fairseq_langshare.models.multistack_transformer"):
+        build(corpus, families, *flags, pairs=["en-xx", "xx-yy", "yy-en"])  # every language on both sides
+        build(corpus, families, "--multi-encoder", "src-family", pairs=["en-yy", "xx-en"])  # Germanic, Romance
+    assert not [r for r in caplog.records if "never train" in r.getMessage()]

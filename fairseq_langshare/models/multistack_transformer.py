@@ -164,6 +164,25 @@ def make_plan(args, langs: List[str]) -> MultistackPlan:
     return plan
 
 
+def warn_untrained_stacks(plan: MultistackPlan, lang_pairs) -> None:
+    """One warning per side whose groups include some no training direction reaches: their stacks
+    never train, yet cost memory, and under ``pytorch_ddp`` an all-reduce of zeros every update."""
+    pairs = lang_pairs.split(",") if isinstance(lang_pairs, str) else list(lang_pairs or [])
+    pairs = [p.strip().split("-") for p in pairs if p.strip()]
+    if not pairs or any(len(p) != 2 for p in pairs):
+        return
+    for name, groups, end, role in (("encoder", plan.encoder, 0, "source"), ("decoder", plan.decoder, 1, "target")):
+        if groups is None:
+            continue
+        seen = {p[end] for p in pairs}
+        idle = [n for n in groups.names if not seen.intersection(groups.members[n])]
+        if idle:
+            logger.warning("--multi-%s %s: no training direction of --lang-pairs has a %s language in %s, so %d of "
+                           "the %d %ss never train (a sentence routed to one decodes with untrained weights; "
+                           "docs/scale.md: their zero gradients still travel under --ddp-backend pytorch_ddp)",
+                           name, groups.mode, role, ", ".join(idle), len(idle), len(groups.names), name)
+
+
 # --- encoder and decoder ---------------------------------------------------------------------
 
 class _GroupedStack:
@@ -258,6 +277,7 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
             plan = make_plan(args, list(inventory.langs))
         except LanguageFamilyError as e:
             raise MultistackConfigError(str(e)) from None
+        warn_untrained_stacks(plan, getattr(args, "lang_pairs", None))
         cfg = cls.config_class.from_namespace(args)
         cfg.multistack_plan = plan
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
