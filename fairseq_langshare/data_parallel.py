@@ -61,26 +61,26 @@ class UnusedStayUnusedLegacyDDP(LegacyDistributedDataParallel):
             return super().all_reduce_grads()
         used = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=params[0].device)
         distributed_utils.all_reduce(used, self.process_group)
-        kept = []
+        kept = set()
         for p, count in zip(params, used.tolist()):
             if count == 0:
                 p.grad = None
                 continue
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            kept.append(p)
-        if not kept:
-            return
+            kept.add(p)
         if self.buffer is None:  # fairseq's: one slot per parameter, allocated once
-            self.buffer = params[0].new(self.buffer_size)
-        group, filled = [], 0
-        for p in kept:  # in buffer-sized groups, as fairseq's
-            if group and filled + p.numel() > self.buffer.numel():
+            self.buffer = next(self.module.parameters()).new(self.buffer_size)
+        for device_params in self.per_device_params:  # in buffer-sized groups, as fairseq's
+            group, filled = [], 0
+            for p in (p for p in device_params if p in kept):
+                if group and filled + p.numel() > self.buffer.numel():
+                    self._send(group)
+                    group, filled = [], 0
+                group.append(p)
+                filled += p.numel()
+            if group:
                 self._send(group)
-                group, filled = [], 0
-            group.append(p)
-            filled += p.numel()
-        self._send(group)
 
     def _send(self, params):
         """All-reduce the mean gradient of ``params`` through the buffer (a larger one directly)."""
@@ -88,7 +88,10 @@ class UnusedStayUnusedLegacyDDP(LegacyDistributedDataParallel):
             sent, params = params[0].grad.data, []
         else:
             sent = self.buffer[:sum(p.numel() for p in params)]
-            torch.cat([p.grad.data.view(-1) for p in params], out=sent)
+        start = 0
+        for p in params:
+            sent[start:start + p.numel()].copy_(p.grad.data.view(-1))
+            start += p.numel()
         sent.div_(self.world_size)  # as fairseq's: divided, then summed
         distributed_utils.all_reduce(sent, self.process_group)
         start = 0
