@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from test_hydra_and_distributed import free_port
+from test_hydra_and_distributed import free_port, outputs_of
 from tiny_corpus import build_task_and_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -129,7 +129,7 @@ def run_two_ranks(args):
     procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.data_parallel_steps", *args], cwd=REPO,
                               env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
-    outs = [p.communicate(timeout=900)[0] for p in procs]
+    outs = outputs_of(procs, timeout=900)
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-4000:]
 

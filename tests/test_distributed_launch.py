@@ -16,7 +16,7 @@ import pytest
 
 from fairseq_langshare import distributed_launch
 from method_configs import METHODS, TRAIN
-from test_hydra_and_distributed import free_port, updates_logged
+from test_hydra_and_distributed import free_port, outputs_of, updates_logged
 from tiny_corpus import PKG_DIR, task_args, train
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,7 @@ def launch(commands, tmp_path, envs=None):
     envs = envs or [clean_env()] * len(commands)
     procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) for cmd, env in zip(commands, envs)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
+    outs = outputs_of(procs, timeout=600)
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-4000:]
     return outs

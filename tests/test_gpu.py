@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from method_configs import METHODS, TRAIN, distinct_languages
-from test_hydra_and_distributed import free_port, updates_logged
+from test_hydra_and_distributed import free_port, outputs_of, updates_logged
 from test_language_aware_model import assert_beam_search_mixed_equals_alone, collate, mixed_indices, row_keys
 from tiny_corpus import build_task_and_model, generate, task_args, train
 
@@ -96,7 +96,7 @@ def test_two_process_ddp_in_fp16(corpus, tmp_path, method, ddp):
     procs = [subprocess.Popen(cmd + ["--distributed-rank", str(rank), "--device-id", str(device)], cwd=tmp_path,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for rank, device in enumerate(devices)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
+    outs = outputs_of(procs, timeout=600)
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-3000:]
     assert "distributed init (rank 0)" in outs[0] and "distributed init (rank 1)" in outs[1]

@@ -4,6 +4,7 @@ group destroyed before the interpreter exits."""
 
 import json
 import os
+import concurrent.futures
 import socket
 import subprocess
 import sys
@@ -50,6 +51,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+def outputs_of(procs, timeout):
+    """Every process's output, read at once. Was: read one after the other, so a rank whose pipe filled
+    (64 KB of log) blocked in its write while the rank being read waited for it in an all-reduce, and
+    the 2-rank harness hung until its timeout under pytest-xdist."""
+    with concurrent.futures.ThreadPoolExecutor(len(procs)) as pool:
+        return list(pool.map(lambda p: p.communicate(timeout=timeout)[0], procs))
+
+
 def train_two_gloo_ranks(corpus, tmp_path, model_args, max_tokens=500):
     """fairseq-train for 3 updates on 2 gloo ranks started by hand (an explicit --distributed-rank,
     --distributed-init-method and --distributed-no-spawn, as without a launcher), with legacy_ddp;
@@ -67,7 +76,7 @@ def train_two_gloo_ranks(corpus, tmp_path, model_args, max_tokens=500):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen(common + ["--distributed-rank", str(rank)], cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
+    outs = outputs_of(procs, timeout=600)
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-3000:]
     return outs
