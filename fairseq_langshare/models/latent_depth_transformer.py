@@ -155,8 +155,13 @@ def default_commit_updates(max_update: int) -> int:
 def trained_language_codes(task, inventory) -> Dict[str, List[str]]:
     """Language codes on each side of the task's training directions (the languages whose posteriors
     the aggregated prior and u_l average over)."""
+    return language_codes_by_side(getattr(task, "lang_pairs", None) or [], inventory)
+
+
+def language_codes_by_side(lang_pairs, inventory) -> Dict[str, List[str]]:
+    """{"src": codes, "tgt": codes} of the directions ``lang_pairs`` ("src-tgt" strings) in ``inventory``."""
     sides = {"src": set(), "tgt": set()}
-    for pair in getattr(task, "lang_pairs", None) or []:
+    for pair in lang_pairs:
         src, tgt = pair.split("-")
         for side, code in (("src", src), ("tgt", tgt)):
             if code in inventory:

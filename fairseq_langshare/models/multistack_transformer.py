@@ -50,6 +50,7 @@ from ..modules.language_specific_layer import (
 )
 from ..modules.routing import LanguageGroupIds
 from .langshare_transformer import size_preset, small_preset, tiny_preset
+from .latent_depth_transformer import language_codes_by_side
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
 
 logger = logging.getLogger(__name__)
@@ -164,17 +165,16 @@ def make_plan(args, langs: List[str]) -> MultistackPlan:
     return plan
 
 
-def warn_untrained_stacks(plan: MultistackPlan, lang_pairs) -> None:
-    """One warning per side whose groups include some no training direction reaches: their stacks
-    never train, yet cost memory, and under ``pytorch_ddp`` an all-reduce of zeros every update."""
-    pairs = lang_pairs.split(",") if isinstance(lang_pairs, str) else list(lang_pairs or [])
-    pairs = [p.strip().split("-") for p in pairs if p.strip()]
-    if not pairs or any(len(p) != 2 for p in pairs):
+def warn_untrained_stacks(plan: MultistackPlan, trained: Dict[str, List[str]]) -> None:
+    """One warning per side whose groups include some no training direction reaches (``trained``:
+    ``language_codes_by_side`` of --lang-pairs): their stacks never train, yet cost memory, and under
+    ``pytorch_ddp`` an all-reduce of zeros every update."""
+    if not any(trained.values()):
         return
-    for name, groups, end, role in (("encoder", plan.encoder, 0, "source"), ("decoder", plan.decoder, 1, "target")):
+    for name, groups, role in (("encoder", plan.encoder, "source"), ("decoder", plan.decoder, "target")):
         if groups is None:
             continue
-        seen = {p[end] for p in pairs}
+        seen = set(trained[groups.side])
         idle = [n for n in groups.names if not seen.intersection(groups.members[n])]
         if idle:
             logger.warning("--multi-%s %s: no training direction of --lang-pairs has a %s language in %s, so %d of "
@@ -277,7 +277,9 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
             plan = make_plan(args, list(inventory.langs))
         except LanguageFamilyError as e:
             raise MultistackConfigError(str(e)) from None
-        warn_untrained_stacks(plan, getattr(args, "lang_pairs", None))
+        pairs = getattr(args, "lang_pairs", None) or []  # the training directions, also in a loaded checkpoint
+        warn_untrained_stacks(plan, language_codes_by_side(pairs.split(",") if isinstance(pairs, str) else pairs,
+                                                           inventory))
         cfg = cls.config_class.from_namespace(args)
         cfg.multistack_plan = plan
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
