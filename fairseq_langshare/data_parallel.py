@@ -23,23 +23,30 @@ T-bar on. fairseq 0.12's ``DistributedFairseqModel`` wraps the model as follows,
   with ``pytorch_ddp``, and a step sends only what some rank used (fairseq's sends its whole buffer,
   one slot per parameter).
 
-A DDP communication hook doing the same for ``pytorch_ddp`` (a flag per gradient, then only the
-gradients nonzero on some rank) was measured slower than torch's own all-reduce on the CPU, the
-zeros included (docs/benchmarks.md), and is not used.
+Under ``pytorch_ddp`` the parameters a model declares idle (``idle_parameters``: parameters no
+training step can use in the current phase, the same on every rank without asking them) travel no
+more: those idle when DDP is built (the stacks of groups no direction of --lang-pairs reaches, the
+layers a resumed latent-depth model committed to skip) are left out of DDP, and those that become idle
+later (latent depth's commit) are left out of each bucket's all-reduce by a communication hook.
+A hook that asked the ranks instead (a flag per gradient, then only the gradients nonzero on some
+rank) was measured slower than torch's own all-reduce on the CPU, the zeros included
+(docs/benchmarks.md), and is not used.
 
 Other models and backends are wrapped by fairseq as before.
 """
 
 import logging
+from typing import FrozenSet
 
 import torch
+import torch.distributed as dist
 from fairseq.distributed import DistributedTimeoutWrapper, LegacyDistributedDataParallel, ModuleProxyWrapper
 from fairseq.distributed import utils as distributed_utils
 from torch.nn.parallel import DistributedDataParallel
 
 from .fairseq_replacements import replace
 
-__all__ = ["leaves_parameters_unused", "distributed_model", "UnusedStayUnusedLegacyDDP", "install"]
+__all__ = ["leaves_parameters_unused", "idle_parameters", "all_reduce_except_idle", "distributed_model", "UnusedStayUnusedLegacyDDP", "install"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +54,55 @@ logger = logging.getLogger(__name__)
 def leaves_parameters_unused(model) -> bool:
     """Whether a training step of ``model`` can leave some of its trainable parameters unused."""
     return bool(getattr(model, "leaves_parameters_unused", False))
+
+
+def idle_parameters(model) -> FrozenSet[torch.nn.Parameter]:
+    """The parameters ``model`` says no training step can use in its current phase (its
+    ``idle_parameters()``; none for a model without one)."""
+    get = getattr(model, "idle_parameters", None)
+    return get() if get is not None else frozenset()
+
+
+def _mean_all_reduce(group, tensor: torch.Tensor) -> torch.futures.Future:
+    """torch's ``allreduce_hook`` on ``tensor``: divided by the world size, then summed, in place."""
+    tensor.div_(group.size())
+    return dist.all_reduce(tensor, group=group, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+
+def all_reduce_except_idle(state, bucket):
+    """DDP communication hook: torch's all-reduce of the mean gradient (``allreduce_hook``), except
+    the slices of the bucket that hold idle parameters' gradients, which stay as they are. ``state``:
+    (model, process group). An idle parameter is unused on every rank, so DDP neither reads its
+    slice (a globally unused parameter keeps its gradient) nor needs the ranks to agree on it."""
+    model, group = state
+    buffer, idle = bucket.buffer(), idle_parameters(model)
+    if not idle:
+        return _mean_all_reduce(group, buffer)
+    ranges, start = [], 0  # [start, end) of the non-idle gradients, in the bucket's layout
+    for p in bucket.parameters():
+        end = start + p.numel()
+        if p not in idle:
+            if ranges and ranges[-1][1] == start:
+                ranges[-1][1] = end
+            else:
+                ranges.append([start, end])
+        start = end
+    if not ranges:
+        done = torch.futures.Future()
+        done.set_result(buffer)
+        return done
+    if len(ranges) == 1:
+        return _mean_all_reduce(group, buffer[ranges[0][0]:ranges[0][1]]).then(lambda _: buffer)
+    sent = torch.cat([buffer[a:b] for a, b in ranges])
+
+    def copy_back(fut):
+        reduced, offset = fut.value(), 0
+        for a, b in ranges:
+            buffer[a:b].copy_(reduced[offset:offset + b - a])
+            offset += b - a
+        return buffer
+
+    return _mean_all_reduce(group, sent).then(copy_back)
 
 
 class UnusedStayUnusedLegacyDDP(LegacyDistributedDataParallel):
@@ -125,6 +181,11 @@ def distributed_model(args, model, process_group, device):
                     "batch does not use (an absent language's, unselected or dropped layers) unused "
                     "(cost: docs/scale.md)",
                     backend, type(model).__name__)
+    skip_idle = hasattr(model, "idle_parameters")
+    if skip_idle:  # torch reads the names from the module; set (or emptied) for every wrap
+        idle = idle_parameters(model)
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+            model, [name for name, p in model.named_parameters() if p in idle])
     wrapped = DistributedDataParallel(
         module=model.to(device),
         device_ids=None if on_cpu else [args.device_id],
@@ -140,6 +201,8 @@ def distributed_model(args, model, process_group, device):
 
         logger.info("enable fp16 communication hook in DDP")
         register_ddp_comm_hook(DDPCommHookType.FP16_COMPRESS, wrapped)
+    elif skip_idle:
+        wrapped.register_comm_hook((model, process_group), all_reduce_except_idle)
     return _wrap(args, wrapped)
 
 

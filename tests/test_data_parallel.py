@@ -285,3 +285,68 @@ def test_a_legacy_ddp_step_sends_only_the_gradients_of_parameters_some_rank_used
     assert arrived.keys() == alone.keys()
     for name, grad in arrived.items():
         torch.testing.assert_close(grad, alone[name], **TOLERANCE)
+
+
+@pytest.mark.parametrize("method", ["multistack", "latent_depth"])
+def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_the_all_reduce(corpus, monkeypatch, method):
+    """Was: torch's DDP all-reduced every trainable parameter's gradient every update, zeros included for
+    parameters no step can use: the stacks of groups no direction of --lang-pairs reaches (multi-stacks,
+    here the xx and yy encoders and the en decoder of an O2M run) and, from latent depth's commit on, the layers no language
+    keeps and the selection logits. Now those are left out (the first left out of DDP when it is built,
+    the others out of each bucket's all-reduce from the commit on), and what does travel arrives as one
+    process computes it."""
+    import torch.distributed as dist
+    from fairseq_langshare import data_parallel
+
+    flags = {"multistack": ["--arch", "langshare_multistack_transformer_tiny", "--multi-encoder", "src-lang",
+                            "--multi-decoder", "tgt-lang"],
+             "latent_depth": steps.method_argv("latent_depth", "tiny")[:-1] + ["1"]}[method]  # commit at update 1
+    task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:])
+    assert args.ddp_backend == "pytorch_ddp"
+    task.load_dataset("valid")
+    sample = steps.collate(task, "valid", steps.direction_rows(task, "valid")["en-xx"][:4])
+    criterion = task.build_criterion(args)
+    model.train()
+    model.set_num_updates(1)
+    torch.manual_seed(0)
+    criterion(model, sample)[0].backward()
+    alone = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    idle = model.idle_parameters()
+    if method == "multistack":  # groups en, xx, yy: no direction has xx or yy as its source, or en as its target
+        names = {name for name, p in model.named_parameters() if p in idle}
+        assert {(name.split(".")[0], name.split(".per_lang.")[1].split(".")[0]) for name in names} == {
+            ("encoder", "1"), ("encoder", "2"), ("decoder", "0")}
+    else:  # committed in the step above: decoder layers no language keeps, and the logits
+        assert model.decoder.layer_select.unkept_layers()
+        assert model.decoder.layer_select.logits in idle and model.encoder.layer_select.logits in idle
+    assert not idle.intersection(p for name, p in model.named_parameters() if name in alone)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad or p in idle)
+
+    sent = []
+    all_reduce = dist.all_reduce
+
+    def recorded(tensor, *a, **k):
+        if tensor.is_floating_point():
+            sent.append(tensor.numel())
+        return all_reduce(tensor, *a, **k)
+
+    monkeypatch.setattr(dist, "all_reduce", recorded)
+    if method == "latent_depth":  # wrapped before its commit, as a run is: nothing is idle yet
+        task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:])
+        model.train()
+        model.set_num_updates(1)
+        assert not model.idle_parameters()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        wrapped = data_parallel.distributed_model(args.distributed_training if hasattr(args, "distributed_training")
+                                                  else args, model, dist.group.WORLD, "cpu")
+        torch.manual_seed(0)
+        criterion(wrapped, sample)[0].backward()
+    finally:
+        dist.destroy_process_group()
+    assert sum(sent) == trainable - sum(p.numel() for p in model.idle_parameters())
+    arrived = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    assert arrived.keys() == alone.keys()
+    for name, grad in arrived.items():
+        torch.testing.assert_close(grad, alone[name], **TOLERANCE)

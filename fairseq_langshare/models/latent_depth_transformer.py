@@ -17,7 +17,7 @@ import re
 from enum import Enum
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, FrozenSet, List, Optional
 
 import torch
 from fairseq.dataclass import ChoiceEnum
@@ -27,6 +27,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from omegaconf import OmegaConf, open_dict
+from torch import nn
 
 from ..modules.activation_checkpointing import checkpoint
 from ..modules.latent_layers import (KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_from_state,
@@ -438,6 +439,23 @@ class LatentDepthTransformerModel(TrainedLanguagesByCode, LanguageAwareTransform
     def selectors(self) -> Dict[str, LayerSelector]:
         return {stack: getattr(self, stack).layer_select for stack in ("encoder", "decoder")
                 if getattr(self, stack).layer_select is not None}
+
+    def idle_parameters(self) -> FrozenSet[nn.Parameter]:
+        """The parameters no training step uses in the current phase: from the commit on, the layers
+        no trained language keeps and the selection logits (``data_parallel`` leaves them out of the
+        all-reduce). The same on every rank: the commit is decided from the synchronised logits at the
+        same update. Empty before the commit."""
+        key = tuple((stack, selector.is_committed(), selector.unkept_layers())
+                    for stack, selector in self.selectors().items())
+        cached = self.__dict__.get("_idle")
+        if cached is None or cached[0] != key:
+            idle = []
+            for stack, committed, unkept in key:
+                if committed:
+                    idle.append(getattr(self, stack).layer_select.logits)
+                    idle.extend(p for i in unkept for p in getattr(self, stack).layers[i].parameters())
+            cached = self.__dict__["_idle"] = (key, frozenset(idle))
+        return cached[1]
 
     def kept_layers(self, src_lang_id: int, tgt_lang_id: int) -> Dict[str, List[int]]:
         """0-based indices of the layers the pair runs at inference, per stack."""

@@ -21,7 +21,7 @@ import logging
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, FrozenSet, List, Optional
 
 import torch
 from fairseq.dataclass import ChoiceEnum
@@ -30,6 +30,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture
 from fairseq.modules import LayerNorm
 from omegaconf import OmegaConf, open_dict
+from torch import nn
 
 from ..data.language_families import (
     LEVELS,
@@ -167,8 +168,8 @@ def make_plan(args, langs: List[str]) -> MultistackPlan:
 
 def warn_untrained_stacks(plan: MultistackPlan, trained: Dict[str, List[str]]) -> None:
     """One warning per side whose groups include some no training direction reaches (``trained``:
-    ``language_codes_by_side`` of --lang-pairs): their stacks never train, yet cost memory, and under
-    ``pytorch_ddp`` an all-reduce of zeros every update."""
+    ``language_codes_by_side`` of --lang-pairs): their stacks never train, yet cost memory
+    (``idle_parameters``: data-parallel training leaves them out of its all-reduce)."""
     if not any(trained.values()):
         return
     for name, groups, role in (("encoder", plan.encoder, "source"), ("decoder", plan.decoder, "target")):
@@ -178,8 +179,7 @@ def warn_untrained_stacks(plan: MultistackPlan, trained: Dict[str, List[str]]) -
         idle = [n for n in groups.names if not seen.intersection(groups.members[n])]
         if idle:
             logger.warning("--multi-%s %s: no training direction of --lang-pairs has a %s language in %s, so %d of "
-                           "the %d %ss never train (a sentence routed to one decodes with untrained weights; "
-                           "docs/scale.md: their zero gradients still travel under --ddp-backend pytorch_ddp)",
+                           "the %d %ss never train (a sentence routed to one decodes with untrained weights)",
                            name, groups.mode, role, ", ".join(idle), len(idle), len(groups.names), name)
 
 
@@ -278,8 +278,8 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
         except LanguageFamilyError as e:
             raise MultistackConfigError(str(e)) from None
         pairs = getattr(args, "lang_pairs", None) or []  # the training directions, also in a loaded checkpoint
-        warn_untrained_stacks(plan, language_codes_by_side(pairs.split(",") if isinstance(pairs, str) else pairs,
-                                                           inventory))
+        trained = language_codes_by_side(pairs.split(",") if isinstance(pairs, str) else pairs, inventory)
+        warn_untrained_stacks(plan, trained)
         cfg = cls.config_class.from_namespace(args)
         cfg.multistack_plan = plan
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
@@ -289,7 +289,9 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
                     setattr(args, name, getattr(value, "value", value))
             if plan.family_map:  # resolved once; later builds (generate) use it, not the table or the file
                 args.language_family_map = encode_family_map(plan.family_map)
-        return super(TransformerModel, cls).build_model(cfg, task)  # fairseq's TransformerModelBase
+        model = super(TransformerModel, cls).build_model(cfg, task)  # fairseq's TransformerModelBase
+        model.trained_codes = trained
+        return model
 
     def stacks(self):
         return [(name, stack) for name, stack in (("encoder", self.encoder), ("decoder", self.decoder))
@@ -312,6 +314,25 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
                 unused += sum(p.numel() for g, c in enumerate(container.copies) if g != group for p in c.parameters())
         return total - unused
 
+    def idle_parameters(self) -> FrozenSet[nn.Parameter]:
+        """The stacks of the groups no direction of --lang-pairs reaches (``warn_untrained_stacks``): no
+        training step uses them, and ``data_parallel`` leaves them out of the all-reduce. Fixed for a
+        run, the same on every rank; empty when the directions are unknown."""
+        idle = self.__dict__.get("_idle")
+        if idle is None:
+            params = []
+            trained = getattr(self, "trained_codes", None) or {}
+            for _, stack in self.stacks():
+                codes = trained.get(stack.groups.side)
+                if not codes or self.inventory is None:
+                    continue
+                used = {self.group_of(stack.groups.side, self.inventory.id(code)) for code in codes}
+                for container in stack.group_containers():
+                    params.extend(p for g, copy in enumerate(container.copies) if g not in used
+                                  for p in copy.parameters())
+            idle = self.__dict__["_idle"] = frozenset(params)
+        return idle
+
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         """The checkpoint's group tables win (its copies were trained with them); a different
         number of groups is a clear error, not a shape mismatch."""
@@ -333,6 +354,7 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
                     f"built with {stack.num_groups} ({','.join(stack.groups.names)}): the families changed{fix}")
             stack.group_names = stored.clone().to(stack.group_names.device)
         result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        self.__dict__.pop("_idle", None)  # read from the loaded group tables on the next call
         family_map = self.family_map()
         if model_cfg is not None and family_map:  # the config saved next to these weights names their grouping
             with open_dict(model_cfg) if OmegaConf.is_config(model_cfg) else nullcontext():

@@ -26,7 +26,7 @@ per forward call, reports the loss terms and statistics, and tells each layer wh
 
 import logging
 import warnings
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -257,13 +257,25 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         if message and _first_rank():
             logger.warning(message)
 
+    def unkept_layers(self) -> Tuple[int, ...]:
+        """The layers (0-based) no trained language keeps in the committed decision: no training
+        step runs them from the commit on. () before the commit; read once, then remembered until
+        the next commit, state-dict load or change of the trained languages."""
+        if not self.is_committed():
+            return ()
+        unkept = self._cache.get("unkept")
+        if unkept is None:
+            keep = self.committed_keep[self.trained_languages]
+            unkept = self._cache["unkept"] = tuple((~keep.any(0)).nonzero().flatten().tolist()) if keep.numel() else ()
+        return unkept
+
     def unkept_layers_message(self) -> Optional[str]:
         """One line naming the layers (1-based) no trained language keeps in the committed decision,
         or None when every layer is kept by some language."""
-        keep = self.committed_keep[self.trained_languages]
-        unkept = (~keep.any(0)).nonzero().flatten().tolist() if keep.numel() else []
+        unkept = self.unkept_layers()
         if not unkept:
             return None
+        keep = self.committed_keep[self.trained_languages]
         layers = ", ".join(str(i + 1) for i in unkept)
         text = (f"latent depth committed at update {self.num_updates}: {self.name} layer{'s' if len(unkept) > 1 else ''} "
                 f"{layers} (of {self.num_layers}) {'are' if len(unkept) > 1 else 'is'} kept by no language, so "
