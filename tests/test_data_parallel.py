@@ -239,6 +239,21 @@ def test_the_comparison_catches_unsynchronised_gradients(harness, run):
 
 # --- what a step sends ------------------------------------------------------------------------
 
+def float_all_reduces(monkeypatch):
+    """The sizes of the floating-point tensors all-reduced through ``torch.distributed`` from now on."""
+    import torch.distributed as dist
+
+    sent, all_reduce = [], dist.all_reduce
+
+    def recorded(tensor, *a, **k):
+        if tensor.is_floating_point():
+            sent.append(tensor.numel())
+        return all_reduce(tensor, *a, **k)
+
+    monkeypatch.setattr(dist, "all_reduce", recorded)
+    return sent
+
+
 @pytest.mark.parametrize("buffer_size", [None, 3000])  # fairseq's (every parameter fits), or in groups
 def test_a_legacy_ddp_step_sends_only_the_gradients_of_parameters_some_rank_used(corpus, monkeypatch, buffer_size):
     """Was: ``legacy_ddp`` all-reduced fairseq's whole buffer every update, one slot per trainable parameter,
@@ -260,15 +275,7 @@ def test_a_legacy_ddp_step_sends_only_the_gradients_of_parameters_some_rank_used
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert 0 < sum(g.numel() for g in alone.values()) < trainable / 2
 
-    sent = []
-    all_reduce = dist.all_reduce
-
-    def recorded(tensor, *a, **k):
-        if tensor.is_floating_point():
-            sent.append(tensor.numel())
-        return all_reduce(tensor, *a, **k)
-
-    monkeypatch.setattr(dist, "all_reduce", recorded)
+    sent = float_all_reduces(monkeypatch)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         wrapped = data_parallel.distributed_model(args, model, dist.group.WORLD, "cpu")
@@ -323,15 +330,7 @@ def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_the_all_reduce(cor
     assert not idle.intersection(p for name, p in model.named_parameters() if name in alone)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad or p in idle)
 
-    sent = []
-    all_reduce = dist.all_reduce
-
-    def recorded(tensor, *a, **k):
-        if tensor.is_floating_point():
-            sent.append(tensor.numel())
-        return all_reduce(tensor, *a, **k)
-
-    monkeypatch.setattr(dist, "all_reduce", recorded)
+    sent = float_all_reduces(monkeypatch)
     if method == "latent_depth":  # wrapped before its commit, as a run is: nothing is idle yet
         task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:])
         model.train()
@@ -339,8 +338,7 @@ def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_the_all_reduce(cor
         assert not model.idle_parameters()
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        wrapped = data_parallel.distributed_model(args.distributed_training if hasattr(args, "distributed_training")
-                                                  else args, model, dist.group.WORLD, "cpu")
+        wrapped = data_parallel.distributed_model(args, model, dist.group.WORLD, "cpu")
         torch.manual_seed(0)
         criterion(wrapped, sample)[0].backward()
     finally:
