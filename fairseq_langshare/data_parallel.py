@@ -75,6 +75,7 @@ def all_reduce_except_idle(state, bucket):
     (model, process group). An idle parameter is unused on every rank, so DDP neither reads its
     slice (a globally unused parameter keeps its gradient) nor needs the ranks to agree on it."""
     model, group = state
+    group = group if group is not None else dist.group.WORLD
     buffer, idle = bucket.buffer(), idle_parameters(model)
     if not idle:
         return _mean_all_reduce(group, buffer)
