@@ -24,11 +24,11 @@ T-bar on. fairseq 0.12's ``DistributedFairseqModel`` wraps the model as follows,
   one slot per parameter).
 
 Under ``pytorch_ddp`` the parameters a model declares idle (``idle_parameters``: parameters no
-training step can use in the current phase, the same on every rank without asking them) travel no
-more: those idle when DDP is built (the stacks of groups no direction of --lang-pairs reaches, the
-layers a resumed latent-depth model committed to skip) are left out of DDP, and those that become idle
-later (latent depth's commit) are left out of each bucket's all-reduce by a communication hook.
-A hook that asked the ranks instead (a flag per gradient, then only the gradients nonzero on some
+training step can use in the current phase, the same on every rank without asking them: the stacks
+of groups no direction of --lang-pairs reaches, latent depth's unkept layers from its commit on)
+travel no more: a communication hook leaves them out of each bucket's all-reduce, asking the model
+at every bucket. They stay in DDP's buckets: fairseq builds DDP before it loads a checkpoint, whose
+group tables or commit can change what is idle. A hook that asked the ranks instead (a flag per gradient, then only the gradients nonzero on some
 rank) was measured slower than torch's own all-reduce on the CPU, the zeros included
 (docs/benchmarks.md), and is not used.
 
@@ -182,11 +182,6 @@ def distributed_model(args, model, process_group, device):
                     "batch does not use (an absent language's, unselected or dropped layers) unused "
                     "(cost: docs/scale.md)",
                     backend, type(model).__name__)
-    skip_idle = hasattr(model, "idle_parameters")
-    if skip_idle:  # torch reads the names from the module; set (or emptied) for every wrap
-        idle = idle_parameters(model)
-        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
-            model, [name for name, p in model.named_parameters() if p in idle])
     wrapped = DistributedDataParallel(
         module=model.to(device),
         device_ids=None if on_cpu else [args.device_id],
@@ -202,7 +197,7 @@ def distributed_model(args, model, process_group, device):
 
         logger.info("enable fp16 communication hook in DDP")
         register_ddp_comm_hook(DDPCommHookType.FP16_COMPRESS, wrapped)
-    elif skip_idle:
+    elif hasattr(model, "idle_parameters"):
         wrapped.register_comm_hook((model, process_group), all_reduce_except_idle)
     return _wrap(args, wrapped)
 

@@ -294,36 +294,65 @@ def test_a_legacy_ddp_step_sends_only_the_gradients_of_parameters_some_rank_used
         torch.testing.assert_close(grad, alone[name], **TOLERANCE)
 
 
-@pytest.mark.parametrize("method", ["multistack", "latent_depth"])
-def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_the_all_reduce(corpus, monkeypatch, method):
+IDLE_FLAGS = {"multistack": ["--arch", "langshare_multistack_transformer_tiny", "--multi-encoder", "src-lang",
+                              "--multi-decoder", "tgt-lang"],
+              "latent_depth": steps.method_argv("latent_depth", "tiny")[:-1] + ["1"]}  # commit at update 1
+
+
+def reordered_groups(model):
+    """``model``'s state with the encoder's group table of a checkpoint trained under --langs xx,en,yy:
+    English's sentences run the copy of group 1, xx's that of group 0."""
+    from fairseq_langshare.languages import encode_inventory
+
+    state = model.state_dict()
+    state["encoder.group_names"] = encode_inventory(["xx", "en", "yy"])
+    group = {"xx": 0, "en": 1, "yy": 2}
+    state["encoder.group_of_lang"] = torch.tensor([group[code] for code in model.inventory.langs])
+    return state
+
+
+@pytest.mark.parametrize("case", ["multistack", "multistack, checkpoint loaded", "latent_depth"])
+def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_the_all_reduce(corpus, monkeypatch, case):
     """Was: torch's DDP all-reduced every trainable parameter's gradient every update, zeros included for
     parameters no step can use: the stacks of groups no direction of --lang-pairs reaches (multi-stacks,
-    here the xx and yy encoders and the en decoder of an O2M run) and, from latent depth's commit on, the layers no language
-    keeps and the selection logits. Now those are left out (the first left out of DDP when it is built,
-    the others out of each bucket's all-reduce from the commit on), and what does travel arrives as one
-    process computes it."""
+    here the xx and yy encoders and the en decoder of an O2M run) and, from latent depth's commit on, the
+    layers no language keeps and the selection logits. Now those are left out of each bucket's all-reduce,
+    what does travel arrives as one process computes it, and what is idle is read when the step runs:
+    fairseq wraps the model before it loads a checkpoint, whose group tables (here: trained under another
+    --langs order) or commit decide it."""
     import torch.distributed as dist
     from fairseq_langshare import data_parallel
 
-    flags = {"multistack": ["--arch", "langshare_multistack_transformer_tiny", "--multi-encoder", "src-lang",
-                            "--multi-decoder", "tgt-lang"],
-             "latent_depth": steps.method_argv("latent_depth", "tiny")[:-1] + ["1"]}[method]  # commit at update 1
-    task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:])
+    method = case.split(",")[0]
+    flags = IDLE_FLAGS[method]
+
+    def build():
+        task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:])
+        model.train()
+        model.set_num_updates(1)
+        return task, model, args
+
+    task, model, args = build()
     assert args.ddp_backend == "pytorch_ddp"
     task.load_dataset("valid")
     sample = steps.collate(task, "valid", steps.direction_rows(task, "valid")["en-xx"][:4])
     criterion = task.build_criterion(args)
-    model.train()
-    model.set_num_updates(1)
+    loaded = reordered_groups(model) if case.endswith("loaded") else None
+    if loaded:
+        model.load_state_dict(loaded)
     torch.manual_seed(0)
     criterion(model, sample)[0].backward()
     alone = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad(set_to_none=True)
     idle = model.idle_parameters()
+    names = {name for name, p in model.named_parameters() if p in idle}
+
+    def names_of(params):
+        return {name for name, p in model.named_parameters() if p in params}
+
     if method == "multistack":  # groups en, xx, yy: no direction has xx or yy as its source, or en as its target
-        names = {name for name, p in model.named_parameters() if p in idle}
+        encoders = {"0", "2"} if loaded else {"1", "2"}  # en's stack is the copy its group table names
         assert {(name.split(".")[0], name.split(".per_lang.")[1].split(".")[0]) for name in names} == {
-            ("encoder", "1"), ("encoder", "2"), ("decoder", "0")}
+            *(("encoder", copy) for copy in encoders), ("decoder", "0")}
     else:  # committed in the step above: decoder layers no language keeps, and the logits
         assert model.decoder.layer_select.unkept_layers()
         assert model.decoder.layer_select.logits in idle and model.encoder.layer_select.logits in idle
@@ -331,18 +360,17 @@ def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_the_all_reduce(cor
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad or p in idle)
 
     sent = float_all_reduces(monkeypatch)
-    if method == "latent_depth":  # wrapped before its commit, as a run is: nothing is idle yet
-        task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:])
-        model.train()
-        model.set_num_updates(1)
-        assert not model.idle_parameters()
+    task, model, args = build()  # wrapped before the checkpoint is loaded and before the commit, as in a run
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         wrapped = data_parallel.distributed_model(args, model, dist.group.WORLD, "cpu")
+        if loaded:
+            model.load_state_dict(loaded)
         torch.manual_seed(0)
         criterion(wrapped, sample)[0].backward()
     finally:
         dist.destroy_process_group()
+    assert names_of(model.idle_parameters()) == names  # the wrapped model's, read after its load or commit
     assert sum(sent) == trainable - sum(p.numel() for p in model.idle_parameters())
     arrived = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
     assert arrived.keys() == alone.keys()

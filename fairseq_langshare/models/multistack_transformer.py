@@ -316,15 +316,18 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
 
     def idle_parameters(self) -> FrozenSet[nn.Parameter]:
         """The stacks of the groups no direction of --lang-pairs reaches (``warn_untrained_stacks``): no
-        training step uses them, and ``data_parallel`` leaves them out of the all-reduce. Fixed for a
-        run, the same on every rank; empty when the directions are unknown."""
+        training step uses them, and ``data_parallel`` leaves them out of the all-reduce. Read from the
+        group tables (a loaded checkpoint's, once loaded), the same on every rank; empty when the
+        directions are unknown."""
         idle = self.__dict__.get("_idle")
         if idle is None:
+            if self.inventory is None:  # not attached yet: nothing is known to be idle
+                return frozenset()
             params = []
             trained = getattr(self, "trained_codes", None) or {}
             for _, stack in self.stacks():
                 codes = trained.get(stack.groups.side)
-                if not codes or self.inventory is None:
+                if not codes:
                     continue
                 used = {self.group_of(stack.groups.side, self.inventory.id(code)) for code in codes}
                 for container in stack.group_containers():
