@@ -92,18 +92,9 @@ def all_reduce_except_idle(state, bucket):
         done = torch.futures.Future()
         done.set_result(buffer)
         return done
-    if len(ranges) == 1:
-        return _mean_all_reduce(group, buffer[ranges[0][0]:ranges[0][1]]).then(lambda _: buffer)
-    sent = torch.cat([buffer[a:b] for a, b in ranges])
-
-    def copy_back(fut):
-        reduced, offset = fut.value(), 0
-        for a, b in ranges:
-            buffer[a:b].copy_(reduced[offset:offset + b - a])
-            offset += b - a
-        return buffer
-
-    return _mean_all_reduce(group, sent).then(copy_back)
+    # each range in place: packing them into one tensor and back cost as much as the zeros it saved
+    sent = [_mean_all_reduce(group, buffer[a:b]) for a, b in ranges]
+    return torch.futures.collect_all(sent).then(lambda _: buffer)
 
 
 class UnusedStayUnusedLegacyDDP(LegacyDistributedDataParallel):
