@@ -128,8 +128,9 @@ def rank_main(args):
 
 def profile_steps(args, built, configs, rank, barrier):
     """``torch.profiler`` over one repetition's updates of each configuration, on 1 rank and then on 2:
-    rank 0 writes its operators by self CPU time (on a GPU also by self CUDA time) to
-    ``PROFILE/CONFIG-1rank.txt`` and ``-2ranks.txt``: where a method's 2-rank step spends host time."""
+    each rank writes its operators by self CPU time (on a GPU also by self CUDA time) to
+    ``PROFILE/CONFIG-1rank.txt`` and ``-2ranks.txt`` (rank 1: ``-2ranks-rank1.txt``): where a method's
+    2-rank step spends host time, and whether one rank waits for the other."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
@@ -142,11 +143,11 @@ def profile_steps(args, built, configs, rank, barrier):
             if rank == 0 or name == "2ranks":
                 with profile(activities=activities) as prof:
                     timed(trainer, batches, args.device)
-                if rank == 0:
-                    tables = [f"# {config}, {name}, {len(batches)} updates, sorted by {key}\n"
-                              + prof.key_averages().table(sort_by=key, row_limit=40) for key in sorts]
-                    with open(os.path.join(args.profile, f"{config}-{name}.txt"), "w") as f:
-                        f.write("\n".join(tables))
+                tables = [f"# {config}, {name}, rank {rank}, {len(batches)} updates, sorted by {key}\n"
+                          + prof.key_averages().table(sort_by=key, row_limit=40) for key in sorts]
+                suffix = "" if rank == 0 else f"-rank{rank}"
+                with open(os.path.join(args.profile, f"{config}-{name}{suffix}.txt"), "w") as f:
+                    f.write("\n".join(tables))
             barrier()
 
 
