@@ -21,7 +21,7 @@ import logging
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional
+from typing import Dict, FrozenSet, Iterator, List, Optional
 
 import torch
 from fairseq.dataclass import ChoiceEnum
@@ -254,6 +254,14 @@ class MultistackDecoder(_GroupedStack, LanguageAwareDecoder):
         return reorder_modules(self, incremental_state, new_order)
 
 
+def stack_parameters_except(stack: _GroupedStack, groups) -> Iterator[nn.Parameter]:
+    """The parameters of ``stack``'s copies (layers, final layer norms) of every group not in ``groups``."""
+    for container in stack.group_containers():
+        for g, copy in enumerate(container.copies):
+            if g not in groups:
+                yield from copy.parameters()
+
+
 # --- the model -------------------------------------------------------------------------------
 
 @register_model("langshare_multistack_transformer")
@@ -310,8 +318,7 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
         unused = 0
         for name, stack in self.stacks():
             group = self.group_of(stack.groups.side, src_lang_id if name == "encoder" else tgt_lang_id)
-            for container in stack.group_containers():
-                unused += sum(p.numel() for g, c in enumerate(container.copies) if g != group for p in c.parameters())
+            unused += sum(p.numel() for p in stack_parameters_except(stack, {group}))
         return total - unused
 
     def idle_parameters(self) -> FrozenSet[nn.Parameter]:
@@ -330,9 +337,7 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
                 if not codes:
                     continue
                 used = {self.group_of(stack.groups.side, self.inventory.id(code)) for code in codes}
-                for container in stack.group_containers():
-                    params.extend(p for g, copy in enumerate(container.copies) if g not in used
-                                  for p in copy.parameters())
+                params.extend(stack_parameters_except(stack, used))
             idle = self.__dict__["_idle"] = frozenset(params)
         return idle
 
