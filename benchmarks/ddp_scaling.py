@@ -89,14 +89,14 @@ def rank_main(args):
     built, params = {}, {}
     for config in configs:
         flags = steps.method_argv(method_of(config), args.size) + CONFIGS[config] + [
-            "--max-tokens", "100000", "--required-batch-size-multiple", "1"]
+            "--max-tokens", "100000", "--required-batch-size-multiple", "1"] + args.fairseq_args.split()
 
         def argv(world_size, rank_):
             return steps.fairseq_argv(args.data, args.langs, ",".join(PAIRS), flags, args.backend, world_size, rank_,
                                       max_update=100000, device=args.device)
 
         two = steps.build(argv(2, rank), "valid")
-        one = steps.build(argv(1, 0), "valid") if rank == 0 else None
+        one = steps.build(argv(1, 0), "valid") if rank == 0 or args.together else None
         task = two[0]
         batches = draw_batches(task, args.updates, 2, args.sentences, seed=args.seed)
         collate = lambda rows: steps.collate(task, "valid", rows)  # noqa: E731
@@ -106,13 +106,20 @@ def rank_main(args):
         built[config] = {"one": one and one[1], "two": two[1],
                          "batches_one": [[collate(b[0])] for b in batches],
                          "batches_two": [[collate(b[rank])] for b in batches]}
-    results = {c: {"t1": [], "t2": [], "cpu1": [], "cpu2": []} for c in configs}
+    kinds = ("t1", "t2", "cpu1", "cpu2") + (("t1together", "cpu1together") if args.together else ())
+    results = {c: {k: [] for k in kinds} for c in configs}
     for rep in range(args.warmup + args.reps):
         for config in configs:
             entry = built[config]
             if rank == 0:
                 t1 = timed(entry["one"], entry["batches_one"], args.device)
             barrier()
+            if args.together:  # both processes, each its own 1-rank trainer and batches: no DDP
+                together = timed(entry["one"], entry["batches_one" if rank == 0 else "batches_two"], args.device)
+                barrier()
+                if rep >= args.warmup and rank == 0:
+                    results[config]["t1together"].append(together[0])
+                    results[config]["cpu1together"].append(together[1])
             t2 = timed(entry["two"], entry["batches_two"], args.device)
             barrier()
             if rep >= args.warmup and rank == 0:
@@ -154,17 +161,21 @@ def profile_steps(args, built, configs, rank, barrier):
 def summary(results) -> Dict[str, dict]:
     """Per configuration: the efficiency t(1 rank) / t(2 ranks) per update, wall clock and rank 0's
     CPU time, and its ratio to the baseline's of the same repetition (medians, 95% bootstrap)."""
-    def efficiencies(r, kind):
-        return [a / b for a, b in zip(r[f"{kind}1"], r[f"{kind}2"])]
+    def ratios(r, num, den):
+        return [a / b for a, b in zip(r[num], r[den])]
 
     out = {}
     for config, r in results.items():
-        row = {f"{t}_ms": 1000 * float(torch.tensor(r[t]).median()) for t in ("t1", "t2")}
-        for kind, name in (("t", "efficiency"), ("cpu", "cpu_efficiency")):
-            mine = efficiencies(r, kind)
+        together = bool(r.get("t1together"))
+        row = {f"{t}_ms": 1000 * float(torch.tensor(r[t]).median())
+               for t in ("t1", "t2") + (("t1together",) if together else ())}
+        parts = [("t1", "t2", "efficiency"), ("cpu1", "cpu2", "cpu_efficiency")] + (
+            [("t1", "t1together", "sharing_efficiency"), ("t1together", "t2", "ddp_efficiency")] if together else [])
+        for num, den, name in parts:
+            mine = ratios(r, num, den)
             row[name] = median_interval(mine)
             if "baseline" in results:  # repetition by repetition: the baseline ran in the same repetition
-                base = efficiencies(results["baseline"], kind)
+                base = ratios(results["baseline"], num, den)
                 row[name.replace("efficiency", "vs_baseline")] = median_interval([e / b for e, b in zip(mine, base)])
         out[config] = row
     return out
@@ -173,7 +184,7 @@ def summary(results) -> Dict[str, dict]:
 def write(args, results, params):
     doc = {"name": "ddp-scaling", "date": datetime.date.today().isoformat(), "machine": machine(args.threads),
            "device": args.device, "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
-           "backend": args.backend, "size": args.size, "sentences_per_rank_and_update": args.sentences,
+           "backend": args.backend, "fairseq_args": args.fairseq_args, "size": args.size, "sentences_per_rank_and_update": args.sentences,
            "updates_per_repetition": args.updates, "reps": args.reps, "warmup": args.warmup,
            "load_average_at_start": args.load, "load_average_at_end": list(os.getloadavg()),
            "summary": summary(results), "params": params, "raw": results}
@@ -201,7 +212,8 @@ def launch(args):
                 "--backend", args.backend, "--size", args.size, "--configs", args.configs,
                 "--sentences", str(args.sentences), "--updates", str(args.updates), "--reps", str(args.reps),
                 "--warmup", str(args.warmup), "--threads", str(args.threads), "--seed", str(args.seed),
-                "--load", ",".join(f"{x:.2f}" for x in os.getloadavg())] + (
+                "--load", ",".join(f"{x:.2f}" for x in os.getloadavg()),
+                "--fairseq-args=" + args.fairseq_args] + (["--together"] if args.together else []) + (
                     ["--profile", os.path.abspath(args.profile)] if args.profile else [])
         procs = [subprocess.Popen(argv, cwd=REPO_ROOT, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
                  for r in (0, 1)]
@@ -210,13 +222,15 @@ def launch(args):
         raise SystemExit(f"a rank failed (exit statuses {codes})")
     with open(args.out) as f:
         doc = json.load(f)
-    print(f"{'config':<22} {'efficiency':<22} {'vs baseline':<22} {'CPU efficiency':<22} {'CPU vs baseline':<22} "
-          "t1 ms   t2 ms")
     fmt = lambda v: f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]" if v else "-"  # noqa: E731
+    columns = [("efficiency", "efficiency"), ("vs_baseline", "vs baseline"), ("cpu_efficiency", "CPU efficiency"),
+               ("cpu_vs_baseline", "CPU vs baseline")]
+    if args.together:
+        columns += [("sharing_vs_baseline", "sharing vs baseline"), ("ddp_vs_baseline", "DDP vs baseline")]
+    print(f"{'config':<22} " + " ".join(f"{title:<22}" for _, title in columns) + " t1 ms   t2 ms")
     for config, row in doc["summary"].items():
-        print(f"{config:<22} {fmt(row['efficiency']):<22} {fmt(row.get('vs_baseline')):<22} "
-              f"{fmt(row['cpu_efficiency']):<22} {fmt(row.get('cpu_vs_baseline')):<22} "
-              f"{row['t1_ms']:7.1f} {row['t2_ms']:7.1f}")
+        print(f"{config:<22} " + " ".join(f"{fmt(row.get(key)):<22}" for key, _ in columns)
+              + f" {row['t1_ms']:7.1f} {row['t2_ms']:7.1f}")
 
 
 def main(argv=None):
@@ -238,6 +252,12 @@ def main(argv=None):
     parser.add_argument("--profile", default=None, metavar="DIR",
                         help="after the timing, profile one repetition per configuration and world size "
                              "(torch.profiler; rank 0's operator tables in DIR)")
+    parser.add_argument("--together", action="store_true",
+                        help="also time both processes each training its own 1-rank trainer at once (no DDP): "
+                             "splits the efficiency into sharing the machine (t1 / t1together) and DDP's own "
+                             "cost (t1together / t2)")
+    parser.add_argument("--fairseq-args", default="", help="extra fairseq-train flags for every configuration "
+                        "(e.g. '--bucket-cap-mb 1000')")
     parser.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--load", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -25,29 +25,32 @@ T-bar on. fairseq 0.12's ``DistributedFairseqModel`` wraps the model as follows,
 
 Under ``pytorch_ddp`` the parameters a model declares idle (``idle_parameters``: parameters no
 training step can use in the current phase, the same on every rank without asking them: the stacks
-of groups no direction of --lang-pairs reaches, latent depth's unkept layers from its commit on)
-travel no more: a communication hook leaves them out of each bucket's all-reduce, asking the model
-at every bucket. They stay in DDP's buckets: fairseq builds DDP before it loads a checkpoint, whose
-group tables or commit can change what is idle. On 2 CPU ranks this changed no step time
-(docs/benchmarks.md); it cuts what an update sends. A hook that asked the ranks instead (a flag per
-gradient, then only the gradients nonzero on some rank) was measured slower than torch's own
-all-reduce on the CPU, the zeros included, and is not used.
+of groups no direction of --lang-pairs reaches, latent depth's unkept layers and logits from its
+commit on) are left out of DDP (``IdleExcludingDDP``), so its buckets hold only what a step can use:
+nothing of theirs is copied, zeroed or sent. fairseq builds DDP before it loads a checkpoint, whose
+group tables can change what is idle, and latent depth's commit changes it during a run, so DDP is
+built again over the new set at the first training forward after it changes (every rank at the same
+forward: the set is read from the model). On 2 CPU ranks this made the multi-stacks' update about
+4 ms shorter than a communication hook that left the idle slices out of each bucket's all-reduce,
+which the hook split into a collective per kept range (docs/benchmarks.md). A hook that asked the
+ranks instead (a flag per gradient, then only the gradients nonzero on some rank) was measured
+slower than torch's own all-reduce on the CPU, the zeros included, and is not used either.
 
 Other models and backends are wrapped by fairseq as before.
 """
 
+import contextlib
 import logging
 from typing import FrozenSet
 
 import torch
-import torch.distributed as dist
 from fairseq.distributed import DistributedTimeoutWrapper, LegacyDistributedDataParallel, ModuleProxyWrapper
 from fairseq.distributed import utils as distributed_utils
 from torch.nn.parallel import DistributedDataParallel
 
 from .fairseq_replacements import replace
 
-__all__ = ["leaves_parameters_unused", "idle_parameters", "all_reduce_except_idle", "distributed_model",
+__all__ = ["leaves_parameters_unused", "idle_parameters", "torch_ddp", "IdleExcludingDDP", "distributed_model",
            "UnusedStayUnusedLegacyDDP", "install"]
 
 logger = logging.getLogger(__name__)
@@ -65,38 +68,63 @@ def idle_parameters(model) -> FrozenSet[torch.nn.Parameter]:
     return get() if get is not None else frozenset()
 
 
-def _mean_all_reduce(group, tensor: torch.Tensor) -> torch.futures.Future:
-    """torch's ``allreduce_hook`` on ``tensor``: divided by the world size, then summed, in place."""
-    tensor.div_(group.size())
-    return dist.all_reduce(tensor, group=group, async_op=True).get_future().then(lambda fut: fut.value()[0])
+def torch_ddp(module: torch.nn.Module, fp16_hook: bool, **ddp_kwargs) -> DistributedDataParallel:
+    """torch's DDP over ``module``, with fairseq's ``--ddp-comm-hook fp16`` when ``fp16_hook``."""
+    wrapped = DistributedDataParallel(module, **ddp_kwargs)
+    if fp16_hook:
+        from torch.distributed.algorithms.ddp_comm_hooks import DDPCommHookType, register_ddp_comm_hook
+
+        register_ddp_comm_hook(DDPCommHookType.FP16_COMPRESS, wrapped)
+    return wrapped
 
 
-def all_reduce_except_idle(state, bucket):
-    """DDP communication hook: torch's all-reduce of the mean gradient (``allreduce_hook``), except
-    the slices of the bucket that hold idle parameters' gradients, which stay as they are. ``state``:
-    (model, process group). An idle parameter is unused on every rank, so DDP neither reads its
-    slice (a globally unused parameter keeps its gradient) nor needs the ranks to agree on it."""
-    model, group = state
-    group = group if group is not None else dist.group.WORLD
-    buffer, idle = bucket.buffer(), idle_parameters(model)
-    if not idle:
-        return _mean_all_reduce(group, buffer)
-    ranges, start = [], 0  # [start, end) of the non-idle gradients, in the bucket's layout
-    for p in bucket.parameters():
-        end = start + p.numel()
-        if p not in idle:
-            if ranges and ranges[-1][1] == start:
-                ranges[-1][1] = end
-            else:
-                ranges.append([start, end])
-        start = end
-    if not ranges:
-        done = torch.futures.Future()
-        done.set_result(buffer)
-        return done
-    # each range in place: packing them into one tensor and back cost as much as the zeros it saved
-    sent = [_mean_all_reduce(group, buffer[a:b]) for a, b in ranges]
-    return torch.futures.collect_all(sent).then(lambda _: buffer)
+class IdleExcludingDDP(torch.nn.Module):
+    """torch's ``DistributedDataParallel`` over ``module`` without the parameters it declares idle
+    (``idle_parameters``), built again over the new set at the first training forward after the set
+    changes (a checkpoint's group tables, latent depth's commit). The set is read from the model and
+    changes at the same forward on every rank, so every rank builds the new DDP, whose construction
+    is collective, together; the step that commits still sends the layers it leaves (zeros). A
+    forward without gradients (validation) keeps the current DDP. ``no_sync()`` holds across a
+    rebuild. ``fp16_hook``, ``ddp_kwargs``: as ``torch_ddp``'s, for every build."""
+
+    def __init__(self, module: torch.nn.Module, fp16_hook: bool, **ddp_kwargs):
+        super().__init__()
+        self._ddp_kwargs, self._fp16_hook, self._sync = ddp_kwargs, fp16_hook, True
+        self._build(module)
+
+    @property
+    def module(self) -> torch.nn.Module:
+        return self.ddp.module
+
+    def _build(self, module: torch.nn.Module) -> None:
+        idle = idle_parameters(module)
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+            module, [name for name, p in module.named_parameters() if p in idle])
+        self.ddp = torch_ddp(module, self._fp16_hook, **self._ddp_kwargs)  # the last one's reducer goes with it
+        self._idle = idle
+
+    def forward(self, *args, **kwargs):
+        if torch.is_grad_enabled():
+            idle = idle_parameters(self.module)
+            if idle is not self._idle and idle != self._idle:
+                self._build(self.module)
+        self.ddp.require_backward_grad_sync = self._sync
+        return self.ddp(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """DDP's ``no_sync``: the forwards inside accumulate gradients without all-reducing them."""
+        before, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = before
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:  # DDP's own (find_unused_parameters, ...)
+            return getattr(super().__getattr__("ddp"), name)
 
 
 class UnusedStayUnusedLegacyDDP(LegacyDistributedDataParallel):
@@ -161,10 +189,10 @@ def distributed_model(args, model, process_group, device):
     """fairseq's ``DistributedFairseqModel(args, model, process_group, device)`` with the changes of
     the module's doc; ``args`` is ``cfg.distributed_training``."""
     backend = str(args.ddp_backend)
-    torch_ddp, legacy = backend in ("c10d", "pytorch_ddp"), backend in ("no_c10d", "legacy_ddp")
+    pytorch, legacy = backend in ("c10d", "pytorch_ddp"), backend in ("no_c10d", "legacy_ddp")
     unused = leaves_parameters_unused(model)
     on_cpu = torch.device(device).type == "cpu"
-    if getattr(args, "tpu", False) or not (torch_ddp and (unused or on_cpu) or legacy and unused):
+    if getattr(args, "tpu", False) or not (pytorch and (unused or on_cpu) or legacy and unused):
         return distributed_model.fairseq(args, model, process_group, device)
     if legacy:
         wrapped = UnusedStayUnusedLegacyDDP(module=model.to(device), process_group=process_group, buffer_size=2 ** 28)
@@ -175,8 +203,7 @@ def distributed_model(args, model, process_group, device):
                     "batch does not use (an absent language's, unselected or dropped layers) unused "
                     "(cost: docs/scale.md)",
                     backend, type(model).__name__)
-    wrapped = DistributedDataParallel(
-        module=model.to(device),
+    kwargs = dict(
         device_ids=None if on_cpu else [args.device_id],
         output_device=None if on_cpu else args.device_id,
         broadcast_buffers=args.broadcast_buffers,
@@ -185,14 +212,11 @@ def distributed_model(args, model, process_group, device):
         find_unused_parameters=find_unused,
         gradient_as_bucket_view=args.gradient_as_bucket_view,
     )
-    if str(args.ddp_comm_hook) == "fp16":
-        from torch.distributed.algorithms.ddp_comm_hooks import DDPCommHookType, register_ddp_comm_hook
-
+    fp16_hook = str(args.ddp_comm_hook) == "fp16"
+    if fp16_hook:
         logger.info("enable fp16 communication hook in DDP")
-        register_ddp_comm_hook(DDPCommHookType.FP16_COMPRESS, wrapped)
-    elif hasattr(model, "idle_parameters"):
-        wrapped.register_comm_hook((model, process_group), all_reduce_except_idle)
-    return _wrap(args, wrapped)
+    build = IdleExcludingDDP if hasattr(model, "idle_parameters") else torch_ddp
+    return _wrap(args, build(model.to(device), fp16_hook, **kwargs))
 
 
 def install() -> None:

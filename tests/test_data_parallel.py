@@ -4,6 +4,7 @@ every method, both DDP backends, across the phase switches, with activation chec
 resumed from the other world size (benchmarks/data_parallel_steps.py builds fairseq's trainer
 in-process on a fixed plan of batches)."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -194,8 +195,9 @@ def test_two_ranks_reach_the_parameters_of_one_process_with_update_freq_2(harnes
     one, two = single[(method, backend, "plain")], ranks[(method, backend, "plain")]
     assert one["num_updates"] == two["num_updates"] == 6
     unused = method != "baseline"
+    idle = method in ("multistack", "latent_depth")  # DDP without what no step can use, rebuilt when it changes
     assert (two["wrapper"], two["find_unused"]) == (
-        ("DistributedDataParallel", unused) if backend == "pytorch_ddp" else
+        ("IdleExcludingDDP" if idle else "DistributedDataParallel", unused) if backend == "pytorch_ddp" else
         ("UnusedStayUnusedLegacyDDP" if unused else "LegacyDistributedDataParallel", None))
     assert one["losses"] == pytest.approx(two["losses"], rel=1e-5)
     assert_same_state(one["params"], two["params"])
@@ -311,15 +313,36 @@ def reordered_groups(model):
     return state
 
 
+def ddp_buckets_sent(monkeypatch):
+    """The parameters of every bucket a DDP the package builds all-reduces from now on (through
+    torch's Python ``allreduce_hook``: the mean its built-in all-reduce takes)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from fairseq_langshare import data_parallel
+
+    sent, build = [], data_parallel.torch_ddp
+
+    def recorded(state, bucket):
+        sent.extend(bucket.parameters())
+        return default_hooks.allreduce_hook(state, bucket)
+
+    def recording(module, fp16_hook, **kwargs):
+        wrapped = build(module, fp16_hook, **kwargs)
+        wrapped.register_comm_hook(kwargs.get("process_group"), recorded)
+        return wrapped
+
+    monkeypatch.setattr(data_parallel, "torch_ddp", recording)
+    return sent
+
+
 @pytest.mark.parametrize("case", ["multistack", "multistack, checkpoint loaded", "latent_depth"])
-def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_the_all_reduce(corpus, monkeypatch, case):
+def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_ddp(corpus, monkeypatch, case):
     """Was: torch's DDP all-reduced every trainable parameter's gradient every update, zeros included for
     parameters no step can use: the stacks of groups no direction of --lang-pairs reaches (multi-stacks,
     here the xx and yy encoders and the en decoder of an O2M run) and, from latent depth's commit on, the
-    layers no language keeps and the selection logits. Now those are left out of each bucket's all-reduce,
-    what does travel arrives as one process computes it, and what is idle is read when the step runs:
-    fairseq wraps the model before it loads a checkpoint, whose group tables (here: trained under another
-    --langs order) or commit decide it."""
+    layers no language keeps and the selection logits. Now DDP is built without them, and again whenever
+    they change: fairseq wraps the model before it loads a checkpoint, whose group tables (here: trained
+    under another --langs order) decide them, and latent depth commits during a step (that step still
+    sends them; the next does not). What does travel arrives as one process computes it."""
     import torch.distributed as dist
     from fairseq_langshare import data_parallel
 
@@ -332,6 +355,19 @@ def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_the_all_reduce(cor
         model.set_num_updates(1)
         return task, model, args
 
+    def two_steps(model, raw, sent):
+        """Each step's gradients and the names of the parameters all-reduced, for two steps on ``sample``
+        (latent depth commits in the first)."""
+        grads, sends = [], []
+        for _ in range(2):
+            del sent[:]
+            torch.manual_seed(0)
+            criterion(model, sample)[0].backward()
+            grads.append({name: p.grad.clone() for name, p in raw.named_parameters() if p.grad is not None})
+            sends.append({name for name, p in raw.named_parameters() if any(p is q for q in sent)})
+            raw.zero_grad(set_to_none=True)
+        return grads, sends
+
     task, model, args = build()
     assert args.ddp_backend == "pytorch_ddp"
     task.load_dataset("valid")
@@ -340,9 +376,8 @@ def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_the_all_reduce(cor
     loaded = reordered_groups(model) if case.endswith("loaded") else None
     if loaded:
         model.load_state_dict(loaded)
-    torch.manual_seed(0)
-    criterion(model, sample)[0].backward()
-    alone = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    alone, _ = two_steps(model, model, [])
     idle = model.idle_parameters()
     names = {name for name, p in model.named_parameters() if p in idle}
 
@@ -353,26 +388,74 @@ def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_the_all_reduce(cor
         encoders = {"0", "2"} if loaded else {"1", "2"}  # en's stack is the copy its group table names
         assert {(name.split(".")[0], name.split(".per_lang.")[1].split(".")[0]) for name in names} == {
             *(("encoder", copy) for copy in encoders), ("decoder", "0")}
-    else:  # committed in the step above: decoder layers no language keeps, and the logits
+    else:  # committed in the first step: decoder layers no language keeps, and the logits
         assert model.decoder.layer_select.unkept_layers()
         assert model.decoder.layer_select.logits in idle and model.encoder.layer_select.logits in idle
-    assert not idle.intersection(p for name, p in model.named_parameters() if name in alone)
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad or p in idle)
+    assert not idle.intersection(p for name, p in model.named_parameters() if name in alone[1])
 
-    sent = float_all_reduces(monkeypatch)
+    sent = ddp_buckets_sent(monkeypatch)
     task, model, args = build()  # wrapped before the checkpoint is loaded and before the commit, as in a run
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         wrapped = data_parallel.distributed_model(args, model, dist.group.WORLD, "cpu")
         if loaded:
             model.load_state_dict(loaded)
-        torch.manual_seed(0)
-        criterion(wrapped, sample)[0].backward()
+        arrived, sends = two_steps(wrapped, model, sent)
     finally:
         dist.destroy_process_group()
     assert names_of(model.idle_parameters()) == names  # the wrapped model's, read after its load or commit
-    assert sum(sent) == trainable - sum(p.numel() for p in model.idle_parameters())
-    arrived = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    assert sends == ([trainable, trainable - names] if method == "latent_depth" else [trainable - names] * 2)
+    for mine, theirs in zip(arrived, alone):
+        assert mine.keys() == theirs.keys()
+        for name, grad in mine.items():
+            torch.testing.assert_close(grad, theirs[name], **TOLERANCE)
+
+
+def test_no_sync_holds_across_the_rebuild_at_latent_depth_commit(corpus, monkeypatch):
+    """fairseq accumulates --update-freq micro-batches under ``no_sync()``; latent depth commits in the
+    first micro-batch of an update and DDP is built again at the next. The new DDP must not all-reduce
+    until the last micro-batch either (it would average a partial sum), and the sum must arrive whole."""
+    import torch.distributed as dist
+    from fairseq_langshare import data_parallel
+
+    flags = IDLE_FLAGS["latent_depth"]
+
+    def build():
+        task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:])
+        model.train()
+        model.set_num_updates(1)
+        return task, model, args
+
+    def three_micro_batches(model, raw, sent):
+        """Names of the parameters all-reduced in each micro-batch; the accumulated gradients."""
+        sends = []
+        for i in range(3):
+            del sent[:]
+            torch.manual_seed(i)
+            with model.no_sync() if i < 2 else contextlib.nullcontext():
+                criterion(model, sample)[0].backward()
+            sends.append({name for name, p in raw.named_parameters() if any(p is q for q in sent)})
+        return sends, {name: p.grad.clone() for name, p in raw.named_parameters() if p.grad is not None}
+
+    task, model, args = build()
+    task.load_dataset("valid")
+    sample = steps.collate(task, "valid", steps.direction_rows(task, "valid")["en-xx"][:4])
+    criterion = task.build_criterion(args)
+    model.no_sync = contextlib.nullcontext
+    _, alone = three_micro_batches(model, model, [])
+
+    sent = ddp_buckets_sent(monkeypatch)
+    task, model, args = build()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        wrapped = data_parallel.distributed_model(args, model, dist.group.WORLD, "cpu")
+        first = wrapped.module.ddp
+        sends, arrived = three_micro_batches(wrapped, model, sent)
+        assert wrapped.module.ddp is not first  # built again after the commit
+    finally:
+        dist.destroy_process_group()
+    assert sends[:2] == [set(), set()] and sends[2]
+    assert not sends[2] & {name for name, p in model.named_parameters() if p in model.idle_parameters()}
     assert arrived.keys() == alone.keys()
     for name, grad in arrived.items():
         torch.testing.assert_close(grad, alone[name], **TOLERANCE)
