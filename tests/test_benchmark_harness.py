@@ -348,3 +348,23 @@ def test_a_results_file_that_holds_no_result_is_refused_before_measuring(tmp_pat
     settings = harness.Settings(name="x", data="unused", langs=[], lang_pairs=[], a=[], b=[])
     with pytest.raises(ValueError, match="move it away"):  # before building anything
         harness.run_comparison(settings, out_json=str(path))
+
+
+def test_ddp_scaling_splits_the_efficiency_into_sharing_the_machine_and_ddp():
+    """``--together``: efficiency t1/t2 = sharing (t1 / both at once) x DDP (both at once / t2), each
+    against the baseline's of the same repetition."""
+    from benchmarks import ddp_scaling
+
+    def rows(t1, together, t2):
+        return {"t1": [t1] * 3, "t2": [t2] * 3, "cpu1": [t1] * 3, "cpu2": [t2] * 3, "t1together": [together] * 3,
+                "cpu1together": [together] * 3}
+
+    out = ddp_scaling.summary({"baseline": rows(40.0, 40.0, 50.0), "multistack": rows(60.0, 66.0, 80.0)})
+    row = out["multistack"]
+    assert row["efficiency"][0] == pytest.approx(0.75)
+    assert row["vs_baseline"][0] == pytest.approx(0.75 / 0.8)
+    assert row["sharing_vs_baseline"][0] == pytest.approx(60 / 66)
+    assert row["ddp_vs_baseline"][0] == pytest.approx((66 / 80) / 0.8)
+    assert row["sharing_vs_baseline"][0] * row["ddp_vs_baseline"][0] == pytest.approx(row["vs_baseline"][0])
+    assert "sharing_efficiency" not in ddp_scaling.summary({"baseline": {k: v for k, v in rows(1, 1, 1).items()
+                                                                       if "together" not in k}})["baseline"]

@@ -442,8 +442,8 @@ class LatentDepthTransformerModel(TrainedLanguagesByCode, LanguageAwareTransform
 
     def idle_parameters(self) -> FrozenSet[nn.Parameter]:
         """The parameters no training step uses in the current phase: from the commit on, the layers
-        no trained language keeps and the selection logits (``data_parallel`` leaves them out of the
-        all-reduce). The same on every rank: the commit is decided from the synchronised logits at the
+        no trained language keeps and the selection logits (``data_parallel`` leaves them out of
+        DDP). The same on every rank: the commit is decided from the synchronised logits at the
         same update. Empty before the commit."""
         key = tuple((stack, selector.is_committed(), selector.unkept_layers())
                     for stack, selector in self.selectors().items())

@@ -169,7 +169,7 @@ def make_plan(args, langs: List[str]) -> MultistackPlan:
 def warn_untrained_stacks(plan: MultistackPlan, trained: Dict[str, List[str]]) -> None:
     """One warning per side whose groups include some no training direction reaches (``trained``:
     ``language_codes_by_side`` of --lang-pairs): their stacks never train, yet cost memory
-    (``idle_parameters``: data-parallel training leaves them out of its all-reduce)."""
+    (``idle_parameters``: data-parallel training leaves them out of DDP)."""
     if not any(trained.values()):
         return
     for name, groups, role in (("encoder", plan.encoder, "source"), ("decoder", plan.decoder, "target")):
@@ -323,7 +323,7 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
 
     def idle_parameters(self) -> FrozenSet[nn.Parameter]:
         """The stacks of the groups no direction of --lang-pairs reaches (``warn_untrained_stacks``): no
-        training step uses them, and ``data_parallel`` leaves them out of the all-reduce. Read from the
+        training step uses them, and ``data_parallel`` leaves them out of DDP. Read from the
         group tables (a loaded checkpoint's, once loaded), the same on every rank; empty when the
         directions are unknown."""
         idle = self.__dict__.get("_idle")
