@@ -301,6 +301,15 @@ IDLE_FLAGS = {"multistack": ["--arch", "langshare_multistack_transformer_tiny", 
               "latent_depth": steps.method_argv("latent_depth", "tiny")[:-1] + ["1"]}  # commit at update 1
 
 
+def build_for_idle_test(corpus, method):
+    """Task, model in training mode at update 1 (latent depth commits at its next training forward), args."""
+    flags = IDLE_FLAGS[method]
+    task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:])
+    model.train()
+    model.set_num_updates(1)
+    return task, model, args
+
+
 def reordered_groups(model):
     """``model``'s state with the encoder's group table of a checkpoint trained under --langs xx,en,yy:
     English's sentences run the copy of group 1, xx's that of group 0."""
@@ -347,13 +356,9 @@ def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_ddp(corpus, monkey
     from fairseq_langshare import data_parallel
 
     method = case.split(",")[0]
-    flags = IDLE_FLAGS[method]
 
     def build():
-        task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:])
-        model.train()
-        model.set_num_updates(1)
-        return task, model, args
+        return build_for_idle_test(corpus, method)
 
     def two_steps(model, raw, sent):
         """Each step's gradients and the names of the parameters all-reduced, for two steps on ``sample``
@@ -418,13 +423,8 @@ def test_no_sync_holds_across_the_rebuild_at_latent_depth_commit(corpus, monkeyp
     import torch.distributed as dist
     from fairseq_langshare import data_parallel
 
-    flags = IDLE_FLAGS["latent_depth"]
-
     def build():
-        task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:])
-        model.train()
-        model.set_num_updates(1)
-        return task, model, args
+        return build_for_idle_test(corpus, "latent_depth")
 
     def three_micro_batches(model, raw, sent):
         """Names of the parameters all-reduced in each micro-batch; the accumulated gradients."""
