@@ -107,8 +107,10 @@ class IdleExcludingDDP(torch.nn.Module):
     def forward(self, *args, **kwargs):
         if torch.is_grad_enabled():
             idle = idle_parameters(self.module)
-            if idle is not self._idle and idle != self._idle:
-                self._build(self.module)
+            if idle is not self._idle:  # the model's cache was renewed (a load, a commit): compare once
+                if idle != self._idle:
+                    self._build(self.module)
+                self._idle = idle
         self.ddp.require_backward_grad_sync = self._sync
         return self.ddp(*args, **kwargs)
 
