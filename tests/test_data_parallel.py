@@ -301,10 +301,10 @@ IDLE_FLAGS = {"multistack": ["--arch", "langshare_multistack_transformer_tiny", 
               "latent_depth": steps.method_argv("latent_depth", "tiny")[:-1] + ["1"]}  # commit at update 1
 
 
-def build_for_idle_test(corpus, method):
+def build_for_idle_test(corpus, method, extra=()):
     """Task, model in training mode at update 1 (latent depth commits at its next training forward), args."""
     flags = IDLE_FLAGS[method]
-    task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:])
+    task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:] + list(extra))
     model.train()
     model.set_num_updates(1)
     return task, model, args
@@ -459,3 +459,25 @@ def test_no_sync_holds_across_the_rebuild_at_latent_depth_commit(corpus, monkeyp
     assert arrived.keys() == alone.keys()
     for name, grad in arrived.items():
         torch.testing.assert_close(grad, alone[name], **TOLERANCE)
+
+
+def test_the_fp16_communication_hook_survives_the_rebuild(corpus):
+    """``--ddp-comm-hook fp16`` is registered on the DDP built again after latent depth's commit too."""
+    import torch.distributed as dist
+    from fairseq_langshare import data_parallel
+
+    task, model, args = build_for_idle_test(corpus, "latent_depth", ["--ddp-comm-hook", "fp16"])
+    task.load_dataset("valid")
+    sample = steps.collate(task, "valid", steps.direction_rows(task, "valid")["en-xx"][:4])
+    criterion = task.build_criterion(args)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        wrapped = data_parallel.distributed_model(args, model, dist.group.WORLD, "cpu")
+        built = [wrapped.module.ddp]
+        for _ in range(2):
+            criterion(wrapped, sample)[0].backward()
+            built.append(wrapped.module.ddp)
+    finally:
+        dist.destroy_process_group()
+    assert built[0] is built[1] is not built[2]  # built again at the forward after the commit
+    assert {ddp._get_ddp_logging_data().get("comm_hook") for ddp in built} == {"fp16_compress_hook"}
