@@ -41,6 +41,7 @@ Other models and backends are wrapped by fairseq as before.
 """
 
 import contextlib
+import gc
 import logging
 from typing import FrozenSet
 
@@ -84,13 +85,15 @@ class IdleExcludingDDP(torch.nn.Module):
     (``idle_parameters``), built again over the new set at the first training forward after the set
     changes (a checkpoint's group tables, latent depth's commit). The set is read from the model and
     changes at the same forward on every rank, so every rank builds the new DDP, whose construction
-    is collective, together; the step that commits still sends the layers it leaves (zeros). A
-    forward without gradients (validation) keeps the current DDP. ``no_sync()`` holds across a
-    rebuild. ``fp16_hook``, ``ddp_kwargs``: as ``torch_ddp``'s, for every build."""
+    is collective, together. Under ``--update-freq`` the rebuild waits for the update's last
+    micro-batch to be all-reduced, so the update in which latent depth commits still sends the layers
+    it leaves (zeros). A forward without gradients (validation) keeps the current DDP. ``no_sync()``
+    holds across a rebuild. ``fp16_hook``, ``ddp_kwargs``: as ``torch_ddp``'s, for every build."""
 
     def __init__(self, module: torch.nn.Module, fp16_hook: bool, **ddp_kwargs):
         super().__init__()
         self._ddp_kwargs, self._fp16_hook, self._sync = ddp_kwargs, fp16_hook, True
+        self._accumulated = False  # gradients of forwards under no_sync() not all-reduced yet
         self._build(module)
 
     @property
@@ -99,18 +102,27 @@ class IdleExcludingDDP(torch.nn.Module):
 
     def _build(self, module: torch.nn.Module) -> None:
         idle = idle_parameters(module)
+        for p in module.parameters():  # torch marks the ignored ones and never unmarks them
+            if hasattr(p, "_ddp_ignored"):
+                del p._ddp_ignored
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
             module, [name for name, p in module.named_parameters() if p in idle])
-        self.ddp = torch_ddp(module, self._fp16_hook, **self._ddp_kwargs)  # the last one's reducer goes with it
+        if "ddp" in self._modules:  # the last DDP's buckets and hooks: torch keeps it in a reference cycle
+            del self.ddp
+            gc.collect()
+        self.ddp = torch_ddp(module, self._fp16_hook, **self._ddp_kwargs)
         self._idle = idle
 
     def forward(self, *args, **kwargs):
         if torch.is_grad_enabled():
             idle = idle_parameters(self.module)
-            if idle is not self._idle:  # the model's cache was renewed (a load, a commit): compare once
-                if idle != self._idle:
+            # Not while micro-batches accumulated under no_sync() wait for their all-reduce: a new DDP
+            # would not know what they used, and would leave what only they used unaveraged.
+            if idle is not self._idle and not self._accumulated:
+                if idle != self._idle:  # the model's cache was renewed (a load, a commit): compare once
                     self._build(self.module)
                 self._idle = idle
+            self._accumulated = not self._sync
         self.ddp.require_backward_grad_sync = self._sync
         return self.ddp(*args, **kwargs)
 

@@ -416,49 +416,62 @@ def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_ddp(corpus, monkey
             torch.testing.assert_close(grad, theirs[name], **TOLERANCE)
 
 
-def test_no_sync_holds_across_the_rebuild_at_latent_depth_commit(corpus, monkeypatch):
+def test_no_sync_holds_and_the_rebuild_waits_for_the_end_of_the_update(corpus, monkeypatch):
     """fairseq accumulates --update-freq micro-batches under ``no_sync()``; latent depth commits in the
-    first micro-batch of an update and DDP is built again at the next. The new DDP must not all-reduce
-    until the last micro-batch either (it would average a partial sum), and the sum must arrive whole."""
+    first micro-batch of an update. DDP is built again only at the next update (the first micro-batch
+    of which runs under ``no_sync()`` too), nothing is all-reduced before an update's last micro-batch,
+    and each update's sum arrives whole. (Why the rebuild waits, on 2 ranks:
+    ``test_a_rebuild_waits_for_the_accumulated_micro_batches_to_be_all_reduced``.)"""
     import torch.distributed as dist
     from fairseq_langshare import data_parallel
 
     def build():
         return build_for_idle_test(corpus, "latent_depth")
 
-    def three_micro_batches(model, raw, sent):
-        """Names of the parameters all-reduced in each micro-batch; the accumulated gradients."""
-        sends = []
-        for i in range(3):
-            del sent[:]
-            torch.manual_seed(i)
-            with model.no_sync() if i < 2 else contextlib.nullcontext():
-                criterion(model, sample)[0].backward()
-            sends.append({name for name, p in raw.named_parameters() if any(p is q for q in sent)})
-        return sends, {name: p.grad.clone() for name, p in raw.named_parameters() if p.grad is not None}
+    def two_updates(model, raw, sent, ddp=lambda: None):
+        """Per update of three micro-batches: the names of the parameters all-reduced in each, the DDP
+        each ran on, and the accumulated gradients."""
+        updates = []
+        for update in range(2):
+            sends, built = [], []
+            for i in range(3):
+                del sent[:]
+                torch.manual_seed(i)
+                with model.no_sync() if i < 2 else contextlib.nullcontext():
+                    criterion(model, sample)[0].backward()
+                sends.append({name for name, p in raw.named_parameters() if any(p is q for q in sent)})
+                built.append(ddp())
+            updates.append((sends, built, {name: p.grad.clone() for name, p in raw.named_parameters()
+                                           if p.grad is not None}))
+            raw.zero_grad(set_to_none=True)
+        return updates
 
     task, model, args = build()
     task.load_dataset("valid")
     sample = steps.collate(task, "valid", steps.direction_rows(task, "valid")["en-xx"][:4])
     criterion = task.build_criterion(args)
     model.no_sync = contextlib.nullcontext
-    _, alone = three_micro_batches(model, model, [])
+    alone = two_updates(model, model, [])
 
     sent = ddp_buckets_sent(monkeypatch)
     task, model, args = build()
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         wrapped = data_parallel.distributed_model(args, model, dist.group.WORLD, "cpu")
         first = wrapped.module.ddp
-        sends, arrived = three_micro_batches(wrapped, model, sent)
-        assert wrapped.module.ddp is not first  # built again after the commit
+        updates = two_updates(wrapped, model, sent, lambda: wrapped.module.ddp)
     finally:
         dist.destroy_process_group()
-    assert sends[:2] == [set(), set()] and sends[2]
-    assert not sends[2] & {name for name, p in model.named_parameters() if p in model.idle_parameters()}
-    assert arrived.keys() == alone.keys()
-    for name, grad in arrived.items():
-        torch.testing.assert_close(grad, alone[name], **TOLERANCE)
+    idle = {name for name, p in model.named_parameters() if p in model.idle_parameters()}
+    (commit_sends, commit_built, _), (next_sends, next_built, _) = updates
+    assert commit_built == [first] * 3  # the update that commits ends on the DDP it began with
+    assert next_built[0] is next_built[1] is next_built[2] is not first  # built again at the next one
+    assert commit_sends == [set(), set(), trainable] and next_sends == [set(), set(), trainable - idle]
+    for (_, _, arrived), (_, _, grads) in zip(updates, alone):
+        assert arrived.keys() == grads.keys()
+        for name, grad in arrived.items():
+            torch.testing.assert_close(grad, grads[name], **TOLERANCE)
 
 
 def test_the_fp16_communication_hook_survives_the_rebuild(corpus):
@@ -481,3 +494,28 @@ def test_the_fp16_communication_hook_survives_the_rebuild(corpus):
         dist.destroy_process_group()
     assert built[0] is built[1] is not built[2]  # built again at the forward after the commit
     assert {ddp._get_ddp_logging_data().get("comm_hook") for ddp in built} == {"fp16_compress_hook"}
+
+
+def test_a_rebuild_waits_for_the_accumulated_micro_batches_to_be_all_reduced(tmp_path):
+    """Was: with --update-freq 2, DDP was built again at the second micro-batch of the update in which
+    latent depth commits. The new DDP knew nothing of the first micro-batch, accumulated under
+    ``no_sync``, so a parameter only that micro-batch used kept each rank's own gradient: the ranks
+    drifted apart (on a GPU fairseq stops at "gradients are inconsistent between workers"). Now the
+    rebuild waits until the accumulated gradients have been all-reduced: b's gradient is the mean of
+    the ranks' own on both ranks."""
+    import torch.multiprocessing as mp
+    from idle_set_change_ranks import accumulate_across_the_commit
+
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    ranks = [context.Process(target=accumulate_across_the_commit, args=(rank, str(tmp_path / "store"), results))
+             for rank in (0, 1)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(120)
+    assert [process.exitcode for process in ranks] == [0, 0]
+    on_rank0, on_rank1, mean = (torch.tensor(g) for g in results.get(timeout=10))
+    assert mean.abs().sum() > 0
+    torch.testing.assert_close(on_rank0, mean, **TOLERANCE)
+    torch.testing.assert_close(on_rank1, mean, **TOLERANCE)
