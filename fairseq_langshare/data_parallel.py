@@ -32,7 +32,7 @@ group tables can change what is idle, and latent depth's commit changes it durin
 built again over the new set at the first training forward after it changes (every rank at the same
 forward: the set is read from the model), once no micro-batch accumulated under ``no_sync()`` waits
 for its all-reduce. On 2 CPU ranks this took the multi-stacks' scaling from
-0.89-0.98 of the baseline's to 0.95 and latent depth's from 0.91-0.99 to 0.96-0.97, where a
+0.89-0.98 of the baseline's to 0.94-0.95 and latent depth's from 0.91-0.99 to 0.95-0.97, where a
 communication hook that left the idle slices out of each bucket's all-reduce, one collective per
 kept range, had changed no step time (docs/benchmarks.md). A hook that asked the
 ranks instead (a flag per gradient, then only the gradients nonzero on some rank) was measured
