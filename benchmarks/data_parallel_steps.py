@@ -116,15 +116,18 @@ def collate(task, split: str, indices: Sequence[int]):
     return dataset.collater([dataset[i] for i in indices])
 
 
-def reseed_each_micro_batch(task, trainer, cfg):
-    """One process with several micro-batches per update: each draws the random numbers a rank of its
-    own draws (fairseq seeds every rank alike before its update: ``Trainer._set_seed``)."""
+def reseed_each_micro_batch(task, trainer, cfg, per_rank: int = 1):
+    """One process with several micro-batches per update: each rank's ``per_rank`` micro-batches draw
+    the random numbers that rank draws (fairseq seeds every rank alike before its update:
+    ``Trainer._set_seed``)."""
     from fairseq import utils
 
-    step = task.train_step
+    step, calls = task.train_step, [0]
 
     def train_step(*args, **kwargs):
-        utils.set_torch_seed(cfg.common.seed + trainer.get_num_updates())
+        if calls[0] % per_rank == 0:
+            utils.set_torch_seed(cfg.common.seed + trainer.get_num_updates())
+        calls[0] += 1
         return step(*args, **kwargs)
 
     task.train_step = train_step
@@ -143,11 +146,13 @@ def gradients_unsynchronised(trainer):
         trainer._check_grad_norms = check
 
 
-def run_plan(trainer, task, split, plan, rank: int, world_size: int, break_sync=False) -> List[float]:
-    """One update per entry of ``plan``: rank ``rank``'s batch, or every rank's as micro-batches."""
+def run_plan(trainer, task, split, plan, rank: int, world_size: int, break_sync=False, per_rank: int = 1) -> List[float]:
+    """One update per entry of ``plan``: rank ``rank``'s batch, or every rank's as micro-batches; each
+    rank's batch split into ``per_rank`` micro-batches (``--update-freq``)."""
     losses = []
     for update in plan:
-        samples = [collate(task, split, update[rank])] if world_size > 1 else [collate(task, split, b) for b in update]
+        batches = [update[rank]] if world_size > 1 else update
+        samples = [collate(task, split, b[i::per_rank]) for b in batches for i in range(per_rank)]
         with gradients_unsynchronised(trainer) if break_sync else contextlib.nullcontext():
             log = trainer.train_step(samples)
         losses.append(float(log["loss"]) if log and "loss" in log else float("nan"))
@@ -162,7 +167,9 @@ def init_distributed() -> Tuple[int, int]:
     return rank, world_size
 
 
-VARIANTS = {"plain": [], "checkpoint": ["--checkpoint-activations"], "broken": [], "first": [], "resume": []}
+VARIANTS = {"plain": [], "checkpoint": ["--checkpoint-activations"], "broken": [], "first": [], "resume": [],
+            "accumulate": []}
+ACCUMULATE = 2  # micro-batches per rank and update in the "accumulate" variant
 SAVE_AT = 4  # "first" trains the plan's first SAVE_AT updates and saves; "resume" loads that and trains the rest
 
 
@@ -173,7 +180,9 @@ def checkpoint_path(directory: str, method: str, backend: str, world_size: int) 
 def parse_runs(spec: str) -> List[tuple]:
     """``method/backend[/variant]`` items, comma-separated (variant: plain, checkpoint: with
     --checkpoint-activations, broken: gradients left unsynchronised, first: the first SAVE_AT updates,
-    saved to --checkpoint-dir, resume: the rest, from the checkpoint the other world size saved);
+    saved to --checkpoint-dir, resume: the rest, from the checkpoint the other world size saved,
+    accumulate: each rank's batch split into ACCUMULATE micro-batches, --update-freq ACCUMULATE, and
+    the one process's into as many, --update-freq 2 x ACCUMULATE);
     ``all``: every method with every backend, plain."""
     if spec == "all":
         return [(m, b, "plain") for m in METHODS for b in BACKENDS]
@@ -202,11 +211,14 @@ def main(argv=None):
     rank, world_size = init_distributed()
     results = {}
     for method, backend, variant in parse_runs(args.runs):
+        per_rank = ACCUMULATE if variant == "accumulate" else 1
+        extra = VARIANTS[variant] + (["--update-freq", str(per_rank * (2 if world_size == 1 else 1))]
+                                     if per_rank > 1 else [])
         argv_ = fairseq_argv(args.data, args.langs, args.lang_pairs, method_argv(method, args.size), backend,
-                             world_size, rank, max_update=6, extra=VARIANTS[variant])
+                             world_size, rank, max_update=6, extra=extra)
         task, trainer, cfg = build(argv_, args.split)
         if world_size == 1:
-            reseed_each_micro_batch(task, trainer, cfg)
+            reseed_each_micro_batch(task, trainer, cfg, per_rank)
         plan = equality_plan(task, args.split)
         if variant == "resume":  # a world of the other size saved it (1 -> 2, 2 -> 1)
             trainer.load_checkpoint(checkpoint_path(args.checkpoint_dir, method, backend, 3 - world_size))
@@ -214,7 +226,7 @@ def main(argv=None):
         elif variant == "first":
             plan = plan[:SAVE_AT]
         broken = variant == "broken" and world_size > 1
-        losses = run_plan(trainer, task, args.split, plan, rank, world_size, break_sync=broken)
+        losses = run_plan(trainer, task, args.split, plan, rank, world_size, break_sync=broken, per_rank=per_rank)
         if variant == "first":  # as fairseq's checkpoint_utils.save_checkpoint does
             trainer.consolidate_optimizer()
             trainer.save_checkpoint(checkpoint_path(args.checkpoint_dir, method, backend, world_size), {})
