@@ -146,7 +146,8 @@ def gradients_unsynchronised(trainer):
         trainer._check_grad_norms = check
 
 
-def run_plan(trainer, task, split, plan, rank: int, world_size: int, break_sync=False, per_rank: int = 1) -> List[float]:
+def run_plan(trainer, task, split, plan, rank: int, world_size: int, break_sync=False,
+             per_rank: int = 1) -> List[float]:
     """One update per entry of ``plan``: rank ``rank``'s batch, or every rank's as micro-batches; each
     rank's batch split into ``per_rank`` micro-batches (``--update-freq``)."""
     losses = []

@@ -184,7 +184,8 @@ def summary(results) -> Dict[str, dict]:
 def write(args, results, params):
     doc = {"name": "ddp-scaling", "date": datetime.date.today().isoformat(), "machine": machine(args.threads),
            "device": args.device, "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
-           "backend": args.backend, "fairseq_args": args.fairseq_args, "size": args.size, "sentences_per_rank_and_update": args.sentences,
+           "backend": args.backend, "fairseq_args": args.fairseq_args, "size": args.size,
+           "sentences_per_rank_and_update": args.sentences,
            "updates_per_repetition": args.updates, "reps": args.reps, "warmup": args.warmup,
            "load_average_at_start": args.load, "load_average_at_end": list(os.getloadavg()),
            "summary": summary(results), "params": params, "raw": results}

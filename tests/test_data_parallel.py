@@ -285,6 +285,12 @@ def float_all_reduces(monkeypatch):
     return sent
 
 
+def en_xx_sample_and_criterion(task, args):
+    """The valid split loaded; a batch of its first 4 en -> xx sentences, and the run's criterion."""
+    task.load_dataset("valid")
+    return steps.collate(task, "valid", steps.direction_rows(task, "valid")["en-xx"][:4]), task.build_criterion(args)
+
+
 @pytest.mark.parametrize("buffer_size", [None, 3000])  # fairseq's (every parameter fits), or in groups
 def test_a_legacy_ddp_step_sends_only_the_gradients_of_parameters_some_rank_used(corpus, monkeypatch, buffer_size):
     """Was: ``legacy_ddp`` all-reduced fairseq's whole buffer every update, one slot per trainable parameter,
@@ -296,9 +302,7 @@ def test_a_legacy_ddp_step_sends_only_the_gradients_of_parameters_some_rank_used
 
     task, model, args = build_task_and_model(corpus, arch="langshare_multistack_transformer_tiny", extra=[
         "--multi-encoder", "src-lang", "--multi-decoder", "tgt-lang", "--ddp-backend", "legacy_ddp"])
-    task.load_dataset("valid")
-    sample = steps.collate(task, "valid", steps.direction_rows(task, "valid")["en-xx"][:4])  # en -> xx only
-    criterion = task.build_criterion(args)
+    sample, criterion = en_xx_sample_and_criterion(task, args)  # en -> xx only
     torch.manual_seed(0)  # the same dropout masks in both backward passes
     criterion(model, sample)[0].backward()
     alone = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
@@ -404,9 +408,7 @@ def test_a_pytorch_ddp_step_leaves_the_idle_parameters_out_of_ddp(corpus, monkey
 
     task, model, args = build()
     assert args.ddp_backend == "pytorch_ddp"
-    task.load_dataset("valid")
-    sample = steps.collate(task, "valid", steps.direction_rows(task, "valid")["en-xx"][:4])
-    criterion = task.build_criterion(args)
+    sample, criterion = en_xx_sample_and_criterion(task, args)
     loaded = reordered_groups(model) if case.endswith("loaded") else None
     if loaded:
         model.load_state_dict(loaded)
@@ -476,9 +478,7 @@ def test_no_sync_holds_and_the_rebuild_waits_for_the_end_of_the_update(corpus, m
         return updates
 
     task, model, args = build()
-    task.load_dataset("valid")
-    sample = steps.collate(task, "valid", steps.direction_rows(task, "valid")["en-xx"][:4])
-    criterion = task.build_criterion(args)
+    sample, criterion = en_xx_sample_and_criterion(task, args)
     model.no_sync = contextlib.nullcontext
     alone = two_updates(model, model, [])
 
@@ -509,9 +509,7 @@ def test_the_fp16_communication_hook_survives_the_rebuild(corpus):
     from fairseq_langshare import data_parallel
 
     task, model, args = build_for_idle_test(corpus, "latent_depth", ["--ddp-comm-hook", "fp16"])
-    task.load_dataset("valid")
-    sample = steps.collate(task, "valid", steps.direction_rows(task, "valid")["en-xx"][:4])
-    criterion = task.build_criterion(args)
+    sample, criterion = en_xx_sample_and_criterion(task, args)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         wrapped = data_parallel.distributed_model(args, model, dist.group.WORLD, "cpu")
