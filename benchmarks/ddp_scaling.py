@@ -9,7 +9,10 @@ twice the sentences in the time one takes); the target is every method within 5%
 baseline's. ``baseline_find_unused`` is the baseline with ``--find-unused-parameters``: the cost
 of DDP's search for unused parameters alone. Batches mix every direction, drawn per rank and
 update; the phase switches (latent depth's commit, adaptive sparsity's T-bar) are at update 1,
-so the timed updates are in the phase most of a run trains in.
+so the timed updates are in the phase most of a run trains in. ``METHOD_search_off`` (e.g.
+``multistack_search_off``, not in the default list) builds the method's DDP without the
+``find_unused_parameters`` the plugin turns on: what the search costs it. Only a diagnostic, which
+holds because every batch here mixes every direction.
 
     python -m benchmarks.ddp_scaling --out benchmarks/results/ddp-scaling-cpu.json          # CPU
     python -m benchmarks.ddp_scaling --device cuda --out ddp-scaling-gpu.json              # both ranks on GPU 0
@@ -21,6 +24,7 @@ GPU, and only the ratios of the methods' efficiencies to the baseline's compare 
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -46,10 +50,34 @@ CONFIGS: Dict[str, List[str]] = {
     "latent_depth": ["--latent-commit-updates", "1"],
     "adaptive_sparse": ["--sparse-t-bar", "1"],
 }
+SEARCH_OFF = "_search_off"  # a method's configuration with DDP's search for unused parameters off (diagnostic)
 
 
 def method_of(config: str) -> str:
+    config = config[:-len(SEARCH_OFF)] if config.endswith(SEARCH_OFF) else config
     return "baseline" if config.startswith("baseline") else config
+
+
+def flags_of(config: str) -> List[str]:
+    return CONFIGS[config[:-len(SEARCH_OFF)] if config.endswith(SEARCH_OFF) else config]
+
+
+@contextlib.contextmanager
+def search_off(config: str):
+    """For ``METHOD_search_off``: DDP built without the plugin's ``find_unused_parameters``, what the
+    search costs the method. Only a diagnostic: it holds here because every batch of this benchmark
+    mixes every direction, so a step uses every parameter that is not idle; a batch without one of
+    a method's languages would stop a run so built."""
+    if not config.endswith(SEARCH_OFF):
+        yield
+        return
+    from fairseq_langshare import data_parallel
+
+    before, data_parallel.leaves_parameters_unused = data_parallel.leaves_parameters_unused, lambda model: False
+    try:
+        yield
+    finally:
+        data_parallel.leaves_parameters_unused = before
 
 
 def make_corpus(root: str, sentences: int) -> str:
@@ -88,21 +116,23 @@ def rank_main(args):
     configs = args.configs.split(",")
     built, params = {}, {}
     for config in configs:
-        flags = steps.method_argv(method_of(config), args.size) + CONFIGS[config] + [
+        flags = steps.method_argv(method_of(config), args.size) + flags_of(config) + [
             "--max-tokens", "100000", "--required-batch-size-multiple", "1"] + args.fairseq_args.split()
 
         def argv(world_size, rank_):
             return steps.fairseq_argv(args.data, args.langs, ",".join(PAIRS), flags, args.backend, world_size, rank_,
                                       max_update=100000, device=args.device)
 
-        two = steps.build(argv(2, rank), "valid")
+        with search_off(config):  # the trainer wraps its model in DDP as it is built
+            two = steps.build(argv(2, rank), "valid")
         one = steps.build(argv(1, 0), "valid") if rank == 0 or args.together else None
         task = two[0]
         batches = draw_batches(task, args.updates, 2, args.sentences, seed=args.seed)
         collate = lambda rows: steps.collate(task, "valid", rows)  # noqa: E731
         model = two[1].get_model()
         params[config] = {"total": sum(p.numel() for p in model.parameters()),
-                          "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+                          "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+                          "find_unused_parameters": getattr(two[1].model.module, "find_unused_parameters", None)}
         built[config] = {"one": one and one[1], "two": two[1],
                          "batches_one": [[collate(b[0])] for b in batches],
                          "batches_two": [[collate(b[rank])] for b in batches]}

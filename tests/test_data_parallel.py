@@ -523,6 +523,28 @@ def test_the_fp16_communication_hook_survives_the_rebuild(corpus):
     assert {ddp._get_ddp_logging_data().get("comm_hook") for ddp in built} == {"fp16_compress_hook"}
 
 
+def test_the_scaling_benchmark_s_search_off_configurations_turn_only_the_search_off(corpus):
+    """``benchmarks/ddp_scaling.py``'s ``METHOD_search_off``: the method's flags, and DDP built without
+    the plugin's ``find_unused_parameters`` inside it only (what the search costs the method)."""
+    import torch.distributed as dist
+    from benchmarks import ddp_scaling
+    from fairseq_langshare import data_parallel
+
+    assert ddp_scaling.method_of("latent_depth_search_off") == "latent_depth"
+    assert ddp_scaling.flags_of("latent_depth_search_off") == ddp_scaling.CONFIGS["latent_depth"]
+    task, model, args = build_for_idle_test(corpus, "multistack")
+    found = {}
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for config in ("multistack_search_off", "multistack"):
+            with ddp_scaling.search_off(config):
+                found[config] = data_parallel.distributed_model(args, model, dist.group.WORLD, "cpu").find_unused_parameters
+        found["after"] = data_parallel.distributed_model(args, model, dist.group.WORLD, "cpu").find_unused_parameters
+    finally:
+        dist.destroy_process_group()
+    assert found == {"multistack_search_off": False, "multistack": True, "after": True}
+
+
 def test_a_rebuild_waits_for_the_accumulated_micro_batches_to_be_all_reduced(tmp_path):
     """Was: with --update-freq 2, DDP was built again at the second micro-batch of the update in which
     latent depth commits. The new DDP knew nothing of the first micro-batch, accumulated under
