@@ -27,7 +27,8 @@ step on ``--distributed-port``, or without one on a port drawn from ``SLURM_JOB_
 every task of a job). Everything else (an explicit ``--distributed-init-method``, one task per GPU
 node that spawns a process per GPU, a single process, and the batch script itself, which Slurm runs with
 ``SLURM_PROCID`` 0 and the job's ``SLURM_NTASKS`` but without the step's node list that srun sets) is left to
-fairseq.
+fairseq. Ranks on machines without GPUs meet over gloo where fairseq's default backend, NCCL, would stop
+each of them ("Distributed package doesn't have NCCL built in").
 """
 
 import logging
@@ -112,6 +113,9 @@ def infer_init_method(cfg, force_distributed=False):
     cfg.distributed_no_spawn = True  # the launcher started every process
     if gpus > 0:
         torch.cuda.set_device(found["device_id"])
+    elif cfg.distributed_backend == "nccl":  # fairseq's default, and NCCL needs GPUs
+        cfg.distributed_backend = "gloo"
+        logger.info("%s: no GPU, so the ranks meet over gloo (--distributed-backend gloo)", found["launcher"])
     logger.info("%s: rank %d of %d, device %d, %s", found["launcher"], found["rank"], found["world_size"],
                 found["device_id"], found["init_method"])
 

@@ -94,6 +94,28 @@ def test_a_world_size_that_contradicts_the_launcher_is_refused_in_one_line(monke
         distributed_launch.infer_init_method(config(4))
 
 
+def test_ranks_a_launcher_started_without_gpus_meet_over_gloo_not_fairseq_s_default_nccl(monkeypatch):
+    """Was: ``torchrun ... fairseq-train --cpu`` without ``--distributed-backend gloo`` stopped in every
+    rank with torch's "Distributed package doesn't have NCCL built in", which names neither the flag nor
+    the CPU. Without GPUs the ranks now meet over gloo, with a notice; another backend asked for stays."""
+    from fairseq.dataclass.configs import FairseqConfig
+    from omegaconf import OmegaConf
+
+    for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "WORLD_SIZE": "2", "RANK": "1",
+                       "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(key, value)
+    backends = {}
+    for gpus, asked in ((0, "nccl"), (0, "mpi"), (2, "nccl")):
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+        monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+        cfg = OmegaConf.structured(FairseqConfig).distributed_training
+        cfg.distributed_world_size = max(1, gpus)
+        cfg.distributed_backend = asked
+        distributed_launch.infer_init_method(cfg)
+        backends[gpus, asked] = cfg.distributed_backend
+    assert backends == {(0, "nccl"): "gloo", (0, "mpi"): "mpi", (2, "nccl"): "nccl"}
+
+
 def test_a_training_run_a_launcher_started_as_one_of_several_ranks_is_never_trained_alone(corpus, monkeypatch):
     """fairseq-hydra-train loads the plugin after fairseq read the launcher's variables: a run about
     to train alone in rank 1 of 2 is refused in one line naming the overrides (a decoding is not)."""

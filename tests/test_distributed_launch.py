@@ -1,5 +1,5 @@
-"""The launches users type (docs/scale.md), on 2 gloo ranks on the CPU with fairseq's default
-``--ddp-backend pytorch_ddp`` and no other distributed flag: ``torchrun --nproc-per-node 2
+"""The launches users type (docs/scale.md), on 2 ranks on the CPU with fairseq's default
+``--ddp-backend pytorch_ddp`` and no distributed flag (the ranks meet over gloo without being told): ``torchrun --nproc-per-node 2
 fairseq-train`` for every method, ``torchrun --nnodes 2`` as two launches on one host, and
 ``scripts/slurm_train.sbatch`` (its ``srun`` played by a script setting Slurm's variables); resumed on
 the other world size (2 -> 1, 1 -> 2)."""
@@ -33,10 +33,10 @@ def clean_env(**extra):
 
 
 def fairseq_train(corpus, method, save_dir, *extra):
-    """fairseq-train of a method's tiny model for 4 updates (TRAIN), on the CPU with gloo: the flags a
-    user adds to run on the CPU, nothing about DDP."""
+    """fairseq-train of a method's tiny model for 4 updates (TRAIN), on the CPU: the flag a user adds to
+    run on the CPU, nothing about DDP or the backend."""
     return [str(BIN / "fairseq-train"), *task_args(corpus), *TRAIN, *METHODS[method], "--cpu",
-            "--distributed-backend", "gloo", "--save-dir", str(save_dir), "--disable-validation", *extra]
+            "--save-dir", str(save_dir), "--disable-validation", *extra]
 
 
 def launch(commands, tmp_path, envs=None):
@@ -76,6 +76,7 @@ def test_torchrun_one_node_trains_every_method_with_default_flags(corpus, tmp_pa
     out, = launch([[str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-port", str(free_port()),
                     *fairseq_train(corpus, method, tmp_path / "ckpt")]], tmp_path)
     assert "torchrun: rank 1 of 2, device 1, env://" in out
+    assert out.count("torchrun: no GPU, so the ranks meet over gloo") == 2  # each rank, before logging is split
     assert_two_ranks_trained(out, method)
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
 
