@@ -40,6 +40,7 @@ from ..data.language_families import (
     group_ids,
     resolve_families,
 )
+from ..distributed_launch import first_rank
 from ..languages import decode_inventory, encode_inventory
 from ..modules.language_specific_layer import (
     COPIES,
@@ -177,7 +178,7 @@ def warn_untrained_stacks(plan: MultistackPlan, trained: Dict[str, List[str]]) -
             continue
         seen = set(trained[groups.side])
         idle = [n for n in groups.names if not seen.intersection(groups.members[n])]
-        if idle:
+        if idle and first_rank():
             logger.warning("--multi-%s %s: no training direction of --lang-pairs has a %s language in %s, so %d of "
                            "the %d %ss never train (a sentence routed to one decodes with untrained weights)",
                            name, groups.mode, role, ", ".join(idle), len(idle), len(groups.names), name)

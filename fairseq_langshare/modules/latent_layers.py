@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..distributed_launch import first_rank
 from .auxiliary import AuxiliaryReporter
 from .routing import MissingLanguageIds, same_ids
 from .row_subsets import rows_of
@@ -48,13 +49,6 @@ DECISIVE = 0.9  # a posterior is decided when q(z_l = 1) >= DECISIVE or <= 1 - D
 RUN, SKIP = "run", "skip"  # what a layer does at inference (or a (1, B, 1) mask of the rows that keep it)
 _EPS = 1e-6
 logger = logging.getLogger(__name__)
-
-
-def _first_rank() -> bool:
-    """Whether this process logs for the job: a single process, or rank 0 of a distributed one."""
-    import torch.distributed as dist
-
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
 def gumbel_sigmoid(logits: Tensor, tau: float) -> Tensor:
@@ -254,7 +248,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         self.logits.requires_grad_(False)
         self._cache.clear()
         message = self.unkept_layers_message()
-        if message and _first_rank():
+        if message and first_rank():
             logger.warning(message)
 
     def unkept_layers(self) -> Tuple[int, ...]:
