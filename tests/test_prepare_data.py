@@ -247,6 +247,30 @@ def test_rerun_is_a_noop_changed_input_needs_force(tmp_path, capsys):
     assert reuse["spm"]["given_model"] == str(out / "spm.model")
 
 
+def test_a_refused_reuse_names_the_setting_or_input_that_changed(tmp_path):
+    """Was: "holds a corpus prepared with another config", naming nothing."""
+    src = write_tsv(tmp_path / "en-xx.tsv", DATA["en-xx"][:300])
+    other = write_tsv(tmp_path / "en-yy.tsv", DATA["en-yy"][:300])
+    out = tmp_path / "corpus"
+    pc.prepare_data(out, [src, other], **SMALL)
+    with pytest.raises(ValueError, match=r"another config \(vocab_size 120 then, 100 now\); pass --force"):
+        pc.prepare_data(out, [src, other], **{**SMALL, "vocab_size": 100})
+    with pytest.raises(ValueError, match=rf"another config \({other} no longer given\); pass --force"):
+        pc.prepare_data(out, [src], **SMALL)
+
+
+def test_warnings_go_to_stderr_and_none_before_an_error(tmp_path, capsys):
+    """Was: on stdout, and "en-yy has no valid set" printed before the error that en-yy has no pair."""
+    src = write_tsv(tmp_path / "en-xx.tsv", DATA["en-xx"][:300])
+    with pytest.raises(ValueError, match="direction en-yy has no training pair left"):
+        pc.prepare_data(tmp_path / "a", [src, write_tsv(tmp_path / "en-yy.tsv", [("", "")] * 50)], **SMALL)
+    said = capsys.readouterr()
+    assert "warning" not in said.out + said.err
+    pc.prepare_data(tmp_path / "b", [src], **{**SMALL, "valid_size": 0})
+    said = capsys.readouterr()
+    assert "warning: en-xx has no valid set" in said.err and "warning" not in said.out
+
+
 def test_fewer_pieces_than_asked_are_reported_and_recorded(tmp_path, capsys):
     src = write_tsv(tmp_path / "en-xx.tsv", DATA["en-xx"][:300])
     m = pc.prepare_data(tmp_path / "corpus", [src], **{**SMALL, "vocab_size": 5000})
@@ -290,6 +314,19 @@ BAD_INPUTS = {
     "TSV in a directory named in no form": ({"en-xx.tsv": GOOD, "more.data.tsv": GOOD}, ["in"],
                                             ["more.data.tsv: cannot tell the direction"]),
     "only test data": ({"test.en-xx.tsv": GOOD}, ["in"], ["no training data"]),
+    # were skipped in a directory without a word (the other directions were built: data lost silently)
+    "TSV in capitals in a directory": ({"en-xx.tsv": GOOD, "en-yy.TSV": GOOD}, ["in"],
+                                       ["en-yy.TSV: cannot tell the direction", "lower-case .tsv"]),
+    "TSV with a suffix in a directory": ({"en-xx.tsv": GOOD, "en-yy.tsv.txt": GOOD}, ["in"],
+                                         ["en-yy.tsv.txt: cannot tell the direction"]),
+    "bzip2 in a directory": ({"en-xx.tsv": GOOD, "en-yy.tsv.bz2": GOOD}, ["in"],
+                             ["en-yy.tsv.bz2: .bz2 files are not read", "gzip (.gz) or xz (.xz)"]),
+    "bzip2 plain text side in a directory": ({"en-xx.tsv": GOOD, "train.en-yy.en.bz2": b"a\n",
+                                              "train.en-yy.yy.bz2": b"b\n"}, ["in"], [".bz2 files are not read"]),
+    "bzip2 named": ({"en-xx.tsv.bz2": GOOD}, ["in/en-xx.tsv.bz2"], [".bz2 files are not read"]),
+    # were two languages, 'EN' and 'en', with no word
+    "codes that differ in case only": ({"EN-XX.tsv": GOOD, "en-yy.tsv": GOOD}, ["in"],
+                                       ["'EN' and 'en' differ only in case", "EN-XX.tsv", "en-yy.tsv"]),
 }
 
 

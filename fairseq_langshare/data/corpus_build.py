@@ -238,7 +238,8 @@ def existing_build(out_dir, cfg, force, inputs=None):
                          "choose another --out (a new or empty directory)")
     if not force:
         if old.get("config") != cfg:
-            raise ValueError(f"{out_dir} holds a corpus prepared with another config; "
+            raise ValueError(f"{out_dir} holds a corpus prepared with another config "
+                             f"({config_difference(old.get('config') or {}, cfg)}); "
                              "pass --force to replace it or choose another --out")
         if inputs is not None and old.get("inputs") != inputs:
             before = old.get("inputs") or {}
@@ -254,6 +255,18 @@ def existing_build(out_dir, cfg, force, inputs=None):
                          f"did not write; move it out of {out_dir} before --force replaces the corpus, or "
                          "choose another --out")
     return None
+
+
+def config_difference(before: dict, now: dict) -> str:
+    """The first setting that differs between two corpus configs, for the refusal to reuse one:
+    ``vocab_size 8000 then, 3000 now``; inputs by their files (``en-de.tsv no longer given``)."""
+    key = next(k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k))
+    if key == "inputs" and isinstance(before.get(key), list) and isinstance(now.get(key), list):
+        files = [{p for i in side for p in i.get("paths", ())} for side in (before[key], now[key])]
+        if files[0] != files[1]:
+            gone, new = sorted(files[0] - files[1]), sorted(files[1] - files[0])
+            return f"{gone[0]} no longer given" if gone else f"{new[0]} newly given"
+    return f"{key} {before.get(key)!r} then, {now.get(key)!r} now"
 
 
 @contextlib.contextmanager

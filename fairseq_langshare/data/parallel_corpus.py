@@ -197,17 +197,18 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
         removed = _write_training_data(tmp, trained, read, heldout_sentences, counts, workers)
         os.rmdir(os.path.join(tmp, "work"))
         for d in trained:
-            if not counts["valid"].get(d):
-                tqdm.write(f"warning: {d} has no valid set (fairseq-train needs one per trained direction); "
-                           "pass --valid-size > 0 or a valid file")
             if not counts["train"][d]:
                 raise InputError(f"direction {d} has no training pair left after cleaning ({removed[d]}) in "
                                  f"{by_direction[d]['train'].describe()}; check the file or the length flags")
+        for d in trained:  # warnings once no error can follow
+            if not counts["valid"].get(d):
+                tqdm.write(f"warning: {d} has no valid set (fairseq-train needs one per trained direction); "
+                           "pass --valid-size > 0 or a valid file", file=sys.stderr)
         langs_of = {lang for d in by_direction for lang in d.split("-")}
         trained_langs = {lang for d in trained for lang in d.split("-")}
         for lang in sorted(langs_of - trained_langs):
             tqdm.write(f"warning: language {lang} occurs only in test-only directions; a model trained on this "
-                       "corpus never sees it")
+                       "corpus never sees it", file=sys.stderr)
         all_langs = ([pivot] if pivot else []) + sorted(langs_of - {pivot})
 
         if spm_model:

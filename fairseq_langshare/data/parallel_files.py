@@ -8,8 +8,11 @@ Forms (``.gz``/``.xz`` compressed or plain, UTF-8):
 - ``SPLIT.SRC-TGT.SRC`` with ``SPLIT.SRC-TGT.TGT``: fairseq's plain-text layout, one sentence a
   line, the two files line-aligned;
 - a directory: every file in it named in one of these forms (others, e.g. ``dict.txt`` or
-  binarized ``*.bin``/``*.idx``, are left alone, except a ``.tsv`` file named otherwise, which
-  is refused; sub-directories are not read).
+  binarized ``*.bin``/``*.idx``, are left alone, except a file meant as data and named otherwise,
+  which is refused: ``.tsv`` in any case or followed by another suffix, or one of these forms
+  compressed other than with gzip or xz; sub-directories are not read).
+
+Language codes are case-sensitive, and two that differ only in case (``EN`` and ``en``) are refused.
 
 Bad input is one line naming the file and the fix (:class:`InputError`).
 """
@@ -23,6 +26,8 @@ from typing import Iterator, Tuple
 
 SPLITS = ("train", "valid", "test")
 COMPRESSION = {".gz": gzip.open, ".xz": lzma.open}
+UNREAD_COMPRESSION = (".bz2", ".zst", ".lz4", ".lzma", ".zip", ".7z")
+_MEANT_AS_TSV = re.compile(r"\.tsv(\.|$)", re.IGNORECASE)  # en-fr.TSV, en-fr.tsv.txt: data named otherwise
 _LANG = r"[A-Za-z][A-Za-z0-9_]*"
 _DIRECTION = re.compile(rf"^({_LANG})-({_LANG})$")
 _SIDE = re.compile(rf"^([^.]+)\.({_LANG})-({_LANG})\.({_LANG})$")  # SPLIT.SRC-TGT.LANG
@@ -84,8 +89,16 @@ def _check_split(path, split):
 def _parse(path, strict):
     """('tsv', split, src, tgt, held_out_here) or ('side', split, src, tgt, lang) for a file name;
     None for a name in no known form (an error if ``strict``, i.e. the user named the file, or if
-    it is a .tsv file)."""
-    name = _strip_compression(os.path.basename(path))
+    it is meant as data: a .tsv file, or a known form compressed with a format not read)."""
+    base = os.path.basename(path)
+    unread = next((ext for ext in UNREAD_COMPRESSION if base.lower().endswith(ext)), None)
+    if unread is not None:
+        inner = base[: -len(unread)]
+        if strict or _MEANT_AS_TSV.search(inner) or _SIDE.match(inner):
+            raise InputError(f"{path}: {unread} files are not read; decompress it, or compress it with gzip (.gz) "
+                             "or xz (.xz)")
+        return None
+    name = _strip_compression(base)
     if name.endswith(".tsv"):
         parts = name[: -len(".tsv")].split(".")
         m = _DIRECTION.match(parts[-1])
@@ -95,6 +108,8 @@ def _parse(path, strict):
             _check_direction(path, *m.groups())
             return ("tsv", split, m.group(1), m.group(2), len(parts) == 1)
         strict = True  # a .tsv file is meant as data, in a directory too
+    elif _MEANT_AS_TSV.search(name):
+        strict = True
     else:
         m = _SIDE.match(name)
         if m and m.group(4) in (m.group(2), m.group(3)):
@@ -102,8 +117,22 @@ def _parse(path, strict):
             _check_direction(path, m.group(2), m.group(3))
             return ("side",) + m.groups()
     if strict:
-        raise InputError(f"{path}: cannot tell the direction and split from the file name; name it {FORMS}")
+        case = "; the extension is a lower-case .tsv" if name.lower().endswith(".tsv") else ""
+        raise InputError(f"{path}: cannot tell the direction and split from the file name; name it {FORMS}{case}")
     return None
+
+
+def _check_codes_differ_in_more_than_case(inputs):
+    """``EN-FR.tsv`` beside ``en-de.tsv`` would make English two languages."""
+    spellings = {}
+    for inp in inputs:
+        for code in (inp.src, inp.tgt):
+            spellings.setdefault(code.lower(), {}).setdefault(code, inp.paths[0])
+    for found in spellings.values():
+        if len(found) > 1:
+            (a, path_a), (b, path_b) = sorted(found.items())[:2]
+            raise InputError(f"languages '{a}' and '{b}' differ only in case ({path_a}, {path_b}); language codes "
+                             "are case-sensitive: spell each language one way in the file names")
 
 
 def _check_not_empty(path):
@@ -165,6 +194,7 @@ def discover(inputs):
                 raise InputError(f"{per_lang[lang]} has no partner {partner} beside it; fairseq's plain-text "
                                  f"layout needs both sides of {src}-{tgt}")
         add(ParallelInput(split, src, tgt, (per_lang[src], per_lang[tgt])))
+    _check_codes_differ_in_more_than_case(found.values())
     for inp in found.values():
         for path in inp.paths:
             _check_not_empty(path)

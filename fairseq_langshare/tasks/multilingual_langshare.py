@@ -162,8 +162,9 @@ def check_dictionaries(args):
         path = os.path.join(data, f"dict.{lang}.txt")
         if lang and not os.path.exists(path):
             raise FileNotFoundError(
-                f"no dictionary for language {lang!r}: expected {path}; binarize {lang} data into {data} "
-                f"with the joint dictionary (langshare prepare-gettext does) or drop {lang} from the language pairs"
+                f"no dictionary for language {lang!r}: expected {path}; build {data} with its '{lang}' files "
+                f"(langshare prepare-data or prepare-gettext write one joint dictionary for every language) "
+                f"or drop {lang} from the language pairs"
             )
 
 
@@ -241,7 +242,8 @@ class LangshareDatasetManager(MultilingualDatasetManager):
                     raise FileNotFoundError(
                         f"no {split} data for the pair {pair} in {data} (expected "
                         f"{split}.{pair}.{src}.idx or {split}.{tgt}-{src}.{src}.idx): binarize that "
-                        f"direction with fairseq-preprocess or remove it from --lang-pairs / -s -t"
+                        f"direction (langshare prepare-data with a {split}.{pair}.tsv, or fairseq-preprocess) "
+                        f"or remove it from --lang-pairs / -s -t"
                     )
         return shards
 
