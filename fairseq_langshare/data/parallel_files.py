@@ -4,7 +4,8 @@ Forms (``.gz``/``.xz`` compressed or plain, UTF-8):
 
 - ``SRC-TGT.tsv``: one ``source<TAB>target`` pair per line, training data of direction SRC-TGT
   (its valid and test sets are held out by ``prepare-data``);
-- ``SPLIT.SRC-TGT.tsv`` with SPLIT ``train``, ``valid`` or ``test``: that split as given;
+- ``SPLIT.SRC-TGT.tsv`` with SPLIT ``train``, ``valid`` or ``test``: that split (valid and test
+  sets not given are held out of the train file, as of a bare ``SRC-TGT.tsv``);
 - ``SPLIT.SRC-TGT.SRC`` with ``SPLIT.SRC-TGT.TGT``: fairseq's plain-text layout, one sentence a
   line, the two files line-aligned;
 - a directory: every file in it named in one of these forms (others, e.g. ``dict.txt`` or
