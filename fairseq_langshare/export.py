@@ -45,7 +45,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from omegaconf import OmegaConf
 
-from .atomic_files import check_writable, write_atomic
+from .atomic_files import OutputPathError, check_writable, write_atomic
 from .languages import decode_inventory, decode_settings
 from .tasks.multilingual_langshare import options_as_namespace
 
@@ -185,6 +185,8 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
     cfg, weights = state["cfg"], state["model"]
     check_writable(out_path, "--out", inputs=[checkpoint], protected=_protected(checkpoint, cfg), own=_is_export,
                    command="export")
+    if out_path.is_file() and not _is_export(out_path):
+        raise OutputPathError(f"--out {out_path} exists and export did not write it; remove it or write to another path")
     langs = decode_inventory(weights["lang_inventory"]) if "lang_inventory" in weights else []
     trained_dictionary = decode_settings(weights["lang_inventory"]).get("dictionary", "") if langs else ""
     if not langs:
@@ -194,6 +196,7 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
             raise ExportError(f"unknown language {code!r} for {flag}: the checkpoint's languages are "
                               f"{','.join(langs)}; pick one of them")
     src_id, tgt_id = langs.index(src), langs.index(tgt)
+    _warn_if_untrained_sides(cfg.task, src, tgt)
 
     model_cls = _model_class(cfg.model)
     exporter = getattr(model_cls, "export_state_dict", None)
@@ -250,6 +253,24 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
         print("translate with it (DATA: the binarized data directory): "
               + generate_command(out_path, exported["cfg"]["task"], export_name))
     return report
+
+
+def _warn_if_untrained_sides(task_cfg, src: str, tgt: str) -> None:
+    """A direction not trained whose source never was a source, or target a target, in training runs
+    whatever the model keeps for that language on that side at its initial values: say so. A zero-shot
+    direction between languages trained on their sides is the model's to translate, without a word."""
+    pairs = getattr(task_cfg, "lang_pairs", None) or []
+    pairs = [p.strip() for p in (pairs.split(",") if isinstance(pairs, str) else pairs) if p.strip()]
+    if not pairs or f"{src}-{tgt}" in pairs:
+        return
+    new_source, new_target = src not in {p.split("-")[0] for p in pairs}, tgt not in {p.split("-")[1] for p in pairs}
+    if not (new_source or new_target):
+        return
+    what = (f"{src} was never a source language nor {tgt} a target language" if new_source and new_target else
+            f"{src} was never a source language" if new_source else f"{tgt} was never a target language")
+    logger.warning("%s->%s is not a trained direction (--lang-pairs %s), and %s: whatever the model keeps for a "
+                   "language on that side (language-specific layers, a stack, an adapter) is untrained, at its "
+                   "initial values", src, tgt, ",".join(pairs), what)
 
 
 def _protected(checkpoint: Path, cfg) -> Dict[str, Optional[str]]:

@@ -183,6 +183,33 @@ def test_out_never_replaces_a_file_of_the_run_or_the_corpus(corpus, run, tmp_pat
     assert torch.load(save / "en-xx.pt", weights_only=True)["extra_state"]["langshare_export"]["tgt"] == "yy"
 
 
+def test_a_direction_with_a_language_never_trained_on_its_side_is_exported_with_a_warning(trained, tmp_path,
+                                                                                           caplog):
+    """Was: xx->en of a model trained on en-xx and en-yy exported without a word, though what the model
+    keeps for xx as a source and en as a target never trained (LSL's xx source layer at its initial
+    values). A zero-shot direction whose languages both trained on their sides is not warned about."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        export_pair(trained, "en", "yy", tmp_path / "en-yy.pt", verbose=False)
+        assert "never" not in caplog.text
+        export_pair(trained, "xx", "en", tmp_path / "xx-en.pt", verbose=False)
+    assert ("xx->en is not a trained direction (--lang-pairs en-xx,en-yy), and xx was never a source language "
+            "nor en a target language") in caplog.text
+
+
+def test_out_never_replaces_a_file_export_did_not_write(trained, tmp_path):
+    """Was: --out naming any other existing file (a user's notes) replaced it with the checkpoint."""
+    from fairseq_langshare.atomic_files import OutputPathError
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(OutputPathError, match=f"--out {notes} exists and export did not write it; remove it or "
+                                              "write to another path"):
+        export_pair(trained, "en", "xx", notes, verbose=False)
+    assert notes.read_text() == "mine"
+
+
 def test_export_cli(trained, tmp_path, capsys):
     parser = argparse.ArgumentParser(prog="langshare")
     export_command.add_subcommand(parser.add_subparsers(dest="command"))

@@ -658,6 +658,22 @@ def test_generation_is_deterministic_and_equals_the_exported_pruned_model(corpus
     assert report["params"] < report["full_params"]
 
 
+def test_exporting_a_network_training_only_sampled_says_so(trained, tmp_path, caplog):
+    """Was: an export of a model that never committed, whose posteriors are undecided, said nothing,
+    where decoding the full checkpoint warns (docs/latent_depth.md: never decode a network training
+    did not run, silently). The committed checkpoint exports without the warning."""
+    state = torch.load(trained["checkpoint"], weights_only=True)
+    state["model"]["decoder.layer_select.committed"].zero_()
+    state["model"]["decoder.layer_select.logits"].zero_()  # q(z = 1) = 0.5 for every layer: undecided
+    torch.save(state, tmp_path / "uncommitted.pt")
+    with caplog.at_level(logging.WARNING):
+        export_pair(trained["checkpoint"], "en", "xx", tmp_path / "committed.pt", verbose=False)
+        assert "undecided" not in caplog.text
+        export_pair(tmp_path / "uncommitted.pt", "en", "xx", tmp_path / "sampled.pt", verbose=False)
+    assert "100% of the decoder stack's selection posteriors of xx are undecided" in caplog.text
+    assert "--latent-commit-updates" in caplog.text
+
+
 def test_trained_model_beam_search_is_per_sentence(corpus, trained):
     """Rows leave the beam at different steps while xx and yy keep different layers: a mixed batch
     still gives every sentence its own translation (the layers' caches follow the beam)."""

@@ -30,8 +30,9 @@ from omegaconf import OmegaConf, open_dict
 from torch import nn
 
 from ..modules.activation_checkpointing import checkpoint
-from ..modules.latent_layers import (KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, keep_from_state,
-                                     resolve_keep_rule)
+from ..languages import decode_inventory
+from ..modules.latent_layers import (DECISIVE, KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, alpha_from_state,
+                                     keep_from_state, resolve_keep_rule, undecided_share)
 from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_layer_on_rows
 from ..modules.schedules import set_given_options
 from ..option_ranges import OnlyWith, Range, check_ranges
@@ -494,6 +495,7 @@ class LatentDepthTransformerModel(TrainedLanguagesByCode, LanguageAwareTransform
                 continue
             side = str(getattr(model_cfg, f"latent_{stack}_lang", "src" if stack == "encoder" else "tgt"))
             kept[stack] = keep[lang[side]].nonzero().flatten().tolist()
+            _warn_if_sampled_only(state_dict, model_cfg, stack, lang[side])
         renumber = {stack: {old: new for new, old in enumerate(layers)} for stack, layers in kept.items()}
         out = {}
         for key, value in state_dict.items():
@@ -507,6 +509,24 @@ class LatentDepthTransformerModel(TrainedLanguagesByCode, LanguageAwareTransform
         changes = {name: None for name in LATENT_FIELDS}
         changes.update(encoder_layers=len(kept["encoder"]), decoder_layers=len(kept["decoder"]))
         return out, changes
+
+
+def _warn_if_sampled_only(state_dict, model_cfg, stack: str, lang_id: int) -> None:
+    """An export of a stack that never committed, whose posteriors for the language are undecided,
+    holds a network training only sampled: say so, as decoding the full checkpoint does."""
+    prefix = f"{stack}.layer_select."
+    committed = state_dict.get(prefix + "committed")
+    if committed is not None and bool(committed):
+        return
+    share = undecided_share(alpha_from_state(state_dict, prefix)[lang_id:lang_id + 1])
+    if share > 0:
+        code = decode_inventory(state_dict["lang_inventory"])[lang_id] if "lang_inventory" in state_dict else lang_id
+        rule = resolve_keep_rule(str(getattr(model_cfg, "latent_keep", "threshold")),
+                                 int(getattr(model_cfg, f"latent_{stack}_target_depth", 0) or 0))
+        logger.warning("%.0f%% of the %s stack's selection posteriors of %s are undecided (between %.1f and %.1f): the "
+                       "export holds the %s decision, a network training only sampled; train with "
+                       "--latent-commit-updates so that the last phase trains the network that is exported",
+                       100 * share, stack, code, 1 - DECISIVE, DECISIVE, rule)
 
 
 def stored_keep(state_dict, model_cfg, stack: str):
