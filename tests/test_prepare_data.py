@@ -271,6 +271,20 @@ def test_warnings_go_to_stderr_and_none_before_an_error(tmp_path, capsys):
     assert "warning: en-xx has no valid set" in said.err and "warning" not in said.out
 
 
+def test_given_valid_and_test_sets_sharing_sentences_are_warned_about(tmp_path, capsys):
+    """Was: kept without a word, so checkpoint selection on valid saw test sentences."""
+    rows = DATA["en-xx"]
+    files = [write_tsv(tmp_path / "train.en-xx.tsv", rows[:300]), write_tsv(tmp_path / "valid.en-xx.tsv", rows[300:340]),
+             write_tsv(tmp_path / "test.en-xx.tsv", rows[335:380])]  # 5 pairs in both
+    pc.prepare_data(tmp_path / "a", files, **SMALL)
+    said = capsys.readouterr()
+    assert ("warning: en-xx: 5 of the 40 given valid pairs share a sentence with its given test set; checkpoint "
+            "selection on valid then sees test sentences (remove them from the valid file)") in said.err
+    write_tsv(tmp_path / "valid.en-xx.tsv", rows[300:335])
+    pc.prepare_data(tmp_path / "b", files, **SMALL)
+    assert "share a sentence" not in capsys.readouterr().err
+
+
 def test_fewer_pieces_than_asked_are_reported_and_recorded(tmp_path, capsys):
     src = write_tsv(tmp_path / "en-xx.tsv", DATA["en-xx"][:300])
     m = pc.prepare_data(tmp_path / "corpus", [src], **{**SMALL, "vocab_size": 5000})

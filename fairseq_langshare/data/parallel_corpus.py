@@ -204,6 +204,13 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
             if not counts["valid"].get(d):
                 tqdm.write(f"warning: {d} has no valid set (fairseq-train needs one per trained direction); "
                            "pass --valid-size > 0 or a valid file", file=sys.stderr)
+        for d in by_direction:
+            given = read[d]["given"]
+            shared = _valid_pairs_sharing_a_test_sentence(given.get("valid") or [], given.get("test") or [])
+            if shared:
+                tqdm.write(f"warning: {d}: {shared} of the {len(given['valid'])} given valid pairs share a sentence "
+                           "with its given test set; checkpoint selection on valid then sees test sentences "
+                           "(remove them from the valid file)", file=sys.stderr)
         langs_of = {lang for d in by_direction for lang in d.split("-")}
         trained_langs = {lang for d in trained for lang in d.split("-")}
         for lang in sorted(langs_of - trained_langs):
@@ -244,6 +251,13 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
         }
         cb.finish(tmp, manifest, all_langs, trained)
     return manifest
+
+
+def _valid_pairs_sharing_a_test_sentence(valid, test) -> int:
+    """How many (source, target) pairs of ``valid`` share their source with a test source or their
+    target with a test target."""
+    sources, targets = {a for a, _ in test}, {b for _, b in test}
+    return sum(1 for a, b in valid if a in sources or b in targets)
 
 
 def _write_held_out(tmp, trained, test_only, read, pivot, valid_size, test_size):
