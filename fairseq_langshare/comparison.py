@@ -350,11 +350,22 @@ def _results_in(directory: str) -> str:
 
 
 def read_runs(items: Sequence[str]) -> List[Tuple[str, dict]]:
-    """NAME=RESULTS.json (or a path, named by its file name) -> [(name, results)]."""
-    runs = []
+    """NAME=RESULTS.json (or a path, named by its file name) -> [(name, results)]. A file given twice is
+    refused (it would count as two seeds), and so are two files that their file names alone would name
+    alike (every head-to-head run writes test.json: they would become seeds of one system)."""
+    runs, seen, unnamed = [], {}, {}
     for item in items:
-        name, path = split_item(item)
-        name = name or os.path.splitext(os.path.basename(path))[0]
+        given, path = split_item(item)
+        name = given or os.path.splitext(os.path.basename(path))[0]
+        key = os.path.realpath(path)
+        if key in seen:
+            raise EvaluationError(f"{path} is given twice (as {seen[key]} and {name}); give each run's results once")
+        seen[key] = name
+        if given is None:
+            if name in unnamed:
+                raise EvaluationError(f"{unnamed[name]} and {path} would both be named '{name}' (by their file "
+                                      "names); name each run: NAME=FILE, the same NAME for the seeds of one system")
+            unnamed[name] = path
         if os.path.isdir(path):
             raise EvaluationError(f"{path} is a directory, not a results JSON: {_results_in(path)}")
         if not os.path.isfile(path):
@@ -400,7 +411,9 @@ def add_subcommand(subparsers):
                     "means) and sacrebleu's paired bootstrap test against it per direction and pooled.")
     c.add_argument("results", nargs="+", help="NAME=RESULTS.json (from `langshare evaluate --out-json`; split at the "
                                               "first '='), or a path (named by its file name); repeat a NAME for "
-                                              "its other seeds, the same number for every system")
+                                              "its other seeds, the same number for every system, in the same "
+                                              "seed order: the k-th file of a system is paired with the k-th of the "
+                                              "baseline (the results hold no seed)")
     c.add_argument("--baseline", default=None, help="NAME of the system the win ratios and tests are against")
     c.add_argument("--metrics", default="bleu,chrf", help="comma-separated metrics: bleu, chrf, spbleu")
     c.add_argument("--no-significance", action="store_true", help="skip the paired bootstrap tests")

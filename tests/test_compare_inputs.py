@@ -89,3 +89,27 @@ def test_a_directory_is_refused_naming_the_results_json_to_pass(tmp_path, capsys
         fix = "pass the results JSON that `langshare evaluate --out-json` wrote"
     code, line = langshare(capsys, "compare", f"a={run}", b, "--no-significance")
     assert (code, line) == (2, f"langshare compare: error: {run} is a directory, not a results JSON: {fix}"), line
+
+
+def test_runs_named_alike_by_their_file_names_are_refused(tmp_path, capsys):
+    """Was: baseline/seed1/test.json and lsl/seed1/test.json (every head-to-head run writes test.json), given
+    without NAME=, became two seeds of one system "test": the baseline and LSL averaged together."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "lsl").mkdir()
+    a = write(tmp_path / "base", "test", results({"en-xx": 30.0}))
+    b = write(tmp_path / "lsl", "test", results({"en-xx": 20.0}))
+    code, line = langshare(capsys, "compare", a, b, "--no-significance")
+    assert (code, line) == (2, f"langshare compare: error: {a} and {b} would both be named 'test' (by their file "
+                               "names); name each run: NAME=FILE, the same NAME for the seeds of one system")
+    code, _ = langshare(capsys, "compare", f"base={a}", f"lsl={b}", "--no-significance")
+    assert code == 0
+
+
+def test_a_file_given_twice_is_refused(tmp_path, capsys):
+    """Was: base=b1 base=b1 counted as two seeds (std 0), and the seed-concatenated test, with its sentences
+    twice, turned p 0.050 into 0.030: a verdict changed by repeating a file."""
+    a = write(tmp_path, "a", results({"en-xx": 30.0}))
+    b = write(tmp_path, "b", results({"en-xx": 20.0}))
+    code, line = langshare(capsys, "compare", f"base={a}", f"base={a}", f"lsl={b}", "--no-significance")
+    assert (code, line) == (2, f"langshare compare: error: {a} is given twice (as base and base); give each "
+                               "run's results once")
