@@ -224,7 +224,8 @@ def add_off_target(results: Dict, corpus_dir: Optional[str] = None, identifier: 
     corpus_dir = corpus_dir or results.get("corpus")
     split = results.get("split", "test")
     if not corpus_dir or not os.path.isdir(corpus_dir):
-        raise OffTargetError(f"corpus directory {corpus_dir!r} of the results not found; pass --corpus")
+        raise OffTargetError(f"corpus directory {corpus_dir!r} of the results not found; pass the corpus directory")
+    _check_corpus_holds_the_references(results, corpus_dir)
     _check_hypotheses(results)
     languages = corpus_languages(corpus_dir)
     if identifier is None:
@@ -237,6 +238,21 @@ def add_off_target(results: Dict, corpus_dir: Optional[str] = None, identifier: 
             return results
     measured = measure(identifier, reference_sentences(corpus_dir, split, languages))
     return _add_rates(results, identifier, measured, split)
+
+
+def _check_corpus_holds_the_references(results: Dict, corpus_dir: str) -> None:
+    """Refuse a corpus other than the one the results were scored on (the identifier would be measured
+    on other references): each recorded reference file must be in its raw/, the same bytes (sha256),
+    wherever the corpus now lies."""
+    from .data.corpus_build import sha256
+
+    for direction, ref in sorted((results.get("references") or {}).items()):
+        here = os.path.join(corpus_dir, "raw", os.path.basename(ref.get("path", "")))
+        if not os.path.isfile(here) or sha256(here) != ref.get("sha256"):
+            why = "differs" if os.path.isfile(here) else "is missing"
+            raise OffTargetError(f"the results of {direction} were scored against {ref.get('path')}, which {corpus_dir} "
+                                 f"does not hold (its raw/{os.path.basename(here)} {why}): pass the corpus the results "
+                                 "were evaluated on, or none (the results name it)")
 
 
 def add_measured(results: Dict, measurement: Dict, identifier: Optional[Identifier] = None) -> Dict:

@@ -288,6 +288,31 @@ def test_adding_rates_without_the_identifier_changes_no_file(tmp_path, monkeypat
     assert path.read_bytes() == before
 
 
+def test_rates_are_not_added_from_another_corpus(tmp_path):
+    """Was: `langshare off-target OTHER_CORPUS --results r.json` measured the identifier on another corpus's
+    references and rewrote r.json with those rates. The same corpus at another path is accepted."""
+    import shutil
+
+    from fairseq_langshare.evaluation import reference_identity
+
+    pytest.importorskip("py3langid")
+    own = reference_corpus(tmp_path / "own", ["en", "fr"])
+    other = reference_corpus(tmp_path / "other", ["en", "fr"], refs={"fr": sentences("fr", 40, seed=99)})
+    moved = shutil.copytree(own, tmp_path / "moved")
+
+    def results():
+        return {"corpus": own, "split": "test", "directions": {"en-fr": {"group": "high"}}, "averages": {"all": {}},
+                "hypotheses": {"en-fr": sentences("fr", 25, 7)},
+                "references": {"en-fr": reference_identity(f"{own}/raw/test.en-fr.fr")}}
+
+    with pytest.raises(off_target.OffTargetError,
+                       match=rf"^the results of en-fr were scored against {own}/raw/test.en-fr.fr, which "
+                             rf"{other} does not hold \(its raw/test.en-fr.fr differs\): pass the corpus the results "
+                             "were evaluated on, or none \(the results name it\)$"):
+        off_target.add_off_target(results(), other)
+    assert off_target.add_off_target(results(), str(moved))["directions"]["en-fr"]["off_target"] is not None
+
+
 def test_a_corpus_of_languages_the_identifier_does_not_know_gets_no_rate_and_no_error():
     """Placeholder codes (a recipe mirror's xx/yy): every language excluded as unknown; evaluate must
     not fail on it (was: py3langid's argmax of an empty label set, which failed every recipe test)."""
