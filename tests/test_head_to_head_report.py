@@ -421,6 +421,20 @@ def test_the_advice_names_the_models_it_did_not_compare(tmp_path):
     assert f"Not compared (not yet recorded): {missing}." in advice.split("M2O:")[0], advice
 
 
+def test_advice_from_fewer_than_three_seeds_says_its_verdicts_are_provisional(tmp_path):
+    """Was: `--seeds 1,2` printed better/worse and advice with no caveat, though with 2 seeds every
+    seed's delta agrees in sign by chance half the time (docs/head_to_head.md, "Seeds")."""
+    def advice(seeds):
+        make_record(tmp_path / f"record{len(seeds)}", models=("baseline", "lsl"), seeds=seeds)
+        text = head_to_head_standings.standings_markdown(
+            head_to_head_report.build(str(tmp_path / f"record{len(seeds)}"), 20, open(os.devnull, "w")))
+        return text[text.index("**Which method to use?**"):].split("M2O:")[0]
+
+    assert ("With 2 seeds every seed's delta has the same sign by chance half the time: these verdicts are "
+            "provisional (3 seeds or more: docs/head_to_head.md).") in advice((1, 2))
+    assert "provisional" not in advice((1, 2, 3))
+
+
 def test_a_set_with_zero_shot_directions_gets_a_verdict_for_each_kind(tmp_path):
     """M2M: the supervised and the zero-shot directions pooled separately, by the same rule, in the
     JSON, the tables and README's standings (was: one verdict over both pooled, which a gain on the

@@ -83,7 +83,18 @@ def _advice(name: str, block: Optional[Dict], labels: Dict[str, str]) -> str:
     else:
         advice, behind = _recommendation(block, labels, lambda entry: entry.get("verdict"))
         text = f"{advice}." + (f" Behind the baseline: {', '.join(behind)}." if behind else "")
-    return head + text + (f" Not compared ({MISSING}): {', '.join(missing)}." if missing else "")
+    return head + text + (f" Not compared ({MISSING}): {', '.join(missing)}." if missing else "") + _few_seeds(block)
+
+
+def _few_seeds(block: Dict) -> str:
+    """The caveat for verdicts from fewer than 3 seeds, where the sign rule checks little."""
+    n = len(block["seeds"])
+    if n >= 3:
+        return ""
+    why = ("the sign agreement checks nothing" if n == 1 else
+           "every seed's delta has the same sign by chance half the time")
+    return f" With {n} seed{'s' if n > 1 else ''} {why}: these verdicts are provisional (3 seeds or more: " \
+           "docs/head_to_head.md)."
 
 
 def _recommendation(block: Dict, labels: Dict[str, str], verdicts_of):
