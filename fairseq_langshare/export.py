@@ -196,14 +196,14 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
             raise ExportError(f"unknown language {code!r} for {flag}: the checkpoint's languages are "
                               f"{','.join(langs)}; pick one of them")
     src_id, tgt_id = langs.index(src), langs.index(tgt)
-    _warn_if_untrained_sides(cfg.task, src, tgt)
 
     model_cls = _model_class(cfg.model)
     exporter = getattr(model_cls, "export_state_dict", None)
     if exporter is not None:
-        pair_weights, changes = exporter(weights, cfg.model, src_id, tgt_id)
+        pair_weights, changes = exporter(weights, cfg.model, src_id, tgt_id)  # may refuse the pair
     else:
         pair_weights, changes = {k: v for k, v in weights.items() if k != "lang_inventory"}, {}
+    _warn_if_untrained_sides(cfg.task, src, tgt)
     export_name = getattr(model_cls, "export_model", PLAIN_ARCH)
     if callable(export_name):  # a method whose export model depends on its options (adaptive sparse)
         export_name = export_name(cfg.model)
@@ -248,7 +248,8 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
     if verbose:
         print(f"exported {src}->{tgt} to {out_path}: {report['bytes'] / 1e6:.2f} MB file, {report['params']:,} parameters "
               f"({report['param_ratio']:.0%} of the full model's {report['full_params']:,}, whose weights take "
-              f"{report['full_weight_bytes'] / 1e6:.2f} MB; the full checkpoint file with optimizer state "
+              f"{report['full_weight_bytes'] / 1e6:.2f} MB; the full checkpoint file"
+              f"{' with optimizer state' if state.get('last_optimizer_state') else ''} "
               f"{report['full_bytes'] / 1e6:.2f} MB)")
         print("translate with it (DATA: the binarized data directory): "
               + generate_command(out_path, exported["cfg"]["task"], export_name))

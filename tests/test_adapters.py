@@ -223,6 +223,14 @@ def test_pair_without_adapter_is_a_one_line_error(corpus):
     logits(model, collate(task, [0, 1, starts[1]]))  # trained pairs are fine
 
 
+def test_adapter_pairs_without_a_pair_placement_is_refused(corpus):
+    """Was: --adapter-pairs with --adapter-placement enc-src trained, the flag doing nothing."""
+    with pytest.raises(ValueError, match=r"^--adapter-pairs en-xx applies to --adapter-placement pair and "
+                                         r"pair-enc only \(enc-src has adapters per language\); drop it, or pass "
+                                         r"--adapter-placement pair$"):
+        build(corpus, "--adapter-placement", "enc-src", "--adapter-pairs", "en-xx")
+
+
 def test_pair_table_comes_from_the_task_and_stays_with_the_checkpoint(corpus, tmp_path):
     task, model, args = build(corpus, "--adapter-placement", "pair", pairs=["en-yy", "en-xx"])
     assert args.adapter_pairs == "en-yy,en-xx", "the task's --lang-pairs, stored in the config"

@@ -243,6 +243,25 @@ def test_a_checkpoint_keeps_its_grouping_when_the_families_change(corpus, famili
         single.load_state_dict(model.state_dict())
 
 
+def test_a_resume_whose_families_changed_the_grouping_says_the_checkpoint_s_wins(corpus, families, tmp_path,
+                                                                                  caplog):
+    """Was: resumed with a families file that regroups the languages (same number of groups), the log
+    announced the file's grouping while the model silently ran the checkpoint's."""
+    import logging
+
+    _, model, _ = build(corpus, families, "--multi-encoder", "src-family")
+    changed = tmp_path / "changed.tsv"
+    changed.write_text("en\tA\nxx\tA\nyy\tB\n")
+    _, other, other_args = build(corpus, changed, "--multi-encoder", "src-family")
+    _, same, same_args = build(corpus, families, "--multi-encoder", "src-family")
+    with caplog.at_level(logging.WARNING):
+        same.load_state_dict(model.state_dict(), model_cfg=same_args)
+        assert "grouping" not in caplog.text
+        other.load_state_dict(model.state_dict(), model_cfg=other_args)
+    assert ("the checkpoint's grouping en=Germanic,xx=Romance,yy=Germanic replaces en=A,xx=A,yy=B, which this run's "
+            "families gave: its stacks were trained with it (docs/multistack.md)") in caplog.text
+
+
 def test_each_sentence_runs_exactly_its_groups_stack(corpus, families):
     task, model, _ = build(corpus, families, "--multi-encoder", "src-family", "--multi-decoder", "tgt-family")
     model.eval()

@@ -222,6 +222,9 @@ class AdapterTransformerModel(LanguageAwareTransformerModel):
                     raise ValueError(f"--adapter-placement {placement} needs the language pairs: pass --lang-pairs "
                                      "(or --adapter-pairs)")
                 _set(args, "adapter_pairs", ",".join(pairs))
+        elif _pairs(getattr(args, "adapter_pairs", None)):
+            raise ValueError(f"--adapter-pairs {args.adapter_pairs} applies to --adapter-placement pair and pair-enc "
+                             f"only ({placement} has adapters per language); drop it, or pass --adapter-placement pair")
         finetune_from = getattr(args, "adapter_finetune_from", None)
         if finetune_from:
             require_checkpoint(finetune_from, "--adapter-finetune-from", _FINETUNE_FROM)  # before anything is built

@@ -117,9 +117,9 @@ class AdaptiveSparseTransformerConfig(TransformerConfig):
     sparse_ct: float = field(default=0.1, metadata={"help": "c_t: weight of the top-k loss (Eq. 10), phase 2",
                                                     "range": _WEIGHT})
     sparse_loss_reduction: ChoiceEnum(REDUCTIONS) = field(default="mean", metadata={
-        "help": "mean: L_s, L_d, L_t averaged over languages (pairs for L_d) and components, so c_s/c_d/c_t weigh one "
-                "component against one token's cross entropy at any size; sum: Eq. 8-10 literally (they then grow "
-                "with languages x components)"})
+        "help": "mean: L_s, L_d, L_t averaged over languages (pairs for L_d) and each category's components, the "
+                "categories (heads, blocks, layers) added, so c_s/c_d/c_t weigh one component against one token's "
+                "cross entropy at any size; sum: Eq. 8-10 literally (they then grow with languages x components)"})
     sparse_logit_lr_scale: float = field(default=30.0, metadata={
         "help": "the logits mu are this scale times their parameter, so Adam moves them this many times faster than "
                 "the weights (modules/scaled_logits.py); 1: plain parameters",
@@ -167,8 +167,9 @@ def validate(cfg) -> None:
             category = CATEGORIES[kind]
             value = getattr(cfg, f"sparse_{stack}_keep_{category}")
             if not 0 <= value <= totals[category]:
+                part = f"{stack} {'stack' if category == 'layers' else 'layer'}"
                 raise ValueError(f"--sparse-{stack}-keep-{category} {value} is outside 1..{totals[category]} (the "
-                                 f"{category} of a {stack} {'stack' if category == 'layers' else 'layer'}); pass a "
+                                 f"{category} of {'an' if stack[0] in 'aeiou' else 'a'} {part}); pass a "
                                  "budget within it (0: half)")
     if cfg.sparse_head_dim and "attn" not in types:
         raise ValueError(f"--sparse-head-dim {cfg.sparse_head_dim}: a head size > 0 that --sparse-types attn selects "

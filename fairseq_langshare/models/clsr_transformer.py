@@ -69,7 +69,7 @@ class ClsrTransformerConfig(TransformerConfig):
     clsr_lang_proj: LANG_PROJ = field(default="stack", metadata={"help": "stack: one W_lang per language for the whole encoder and one for the decoder (the paper); sublayer: one per sub-layer"})
     clsr_encoder_lang: SIDES = field(default="src", metadata={"help": "language indexing encoder W_lang (tgt for one-to-many, as the paper)"})
     clsr_decoder_lang: SIDES = field(default="tgt", metadata={"help": "language indexing decoder W_lang (src for many-to-one, as the paper)"})
-    clsr_dedicated: str = field(default="", metadata={"help": "sub-layers made LS for --clsr-variant dedicated, e.g. enc1.ffn,dec6.cross_attn (1-based; printed by `langshare analyze clsr`)"})
+    clsr_dedicated: str = field(default="", metadata={"help": "sub-layers made LS for --clsr-variant dedicated, e.g. enc1.ffn,dec6.cross_attn (1-based; printed by `langshare analyze clsr-lsscore`)"})
 
 
 def parse_sublayers(spec: str, encoder_layers: int, decoder_layers: int) -> List[str]:
@@ -282,7 +282,7 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
     def build_encoder(cls, cfg, src_dict, embed_tokens):
         cfg.clsr_dedicated_set = set(parse_sublayers(cfg.clsr_dedicated, cfg.encoder.layers, cfg.decoder.layers))
         if str(cfg.clsr_variant) == "dedicated" and not cfg.clsr_dedicated_set:
-            raise ValueError("--clsr-variant dedicated needs --clsr-dedicated (e.g. the list `langshare analyze clsr` prints)")
+            raise ValueError("--clsr-variant dedicated needs --clsr-dedicated (e.g. the list `langshare analyze clsr-lsscore` prints)")
         return super().build_encoder(cfg, src_dict, embed_tokens)
 
     def check_training_run(self, args) -> None:

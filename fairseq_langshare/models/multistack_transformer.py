@@ -346,6 +346,7 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
         """The checkpoint's group tables win (its copies were trained with them); a different
         number of groups is a clear error, not a shape mismatch."""
         state_dict = dict(state_dict)
+        built = self._built_family_map()
         for name, stack in self.stacks():
             stored = state_dict.get(f"{name}.group_names")
             if stored is None:
@@ -365,10 +366,23 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
         result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
         self.__dict__.pop("_idle", None)  # read from the loaded group tables on the next call
         family_map = self.family_map()
+        if built and family_map and family_map != built and first_rank():
+            logger.warning("the checkpoint's grouping %s replaces %s, which this run's families gave: its stacks were "
+                           "trained with it (docs/multistack.md)", encode_family_map(family_map),
+                           encode_family_map(built))
         if model_cfg is not None and family_map:  # the config saved next to these weights names their grouping
             with open_dict(model_cfg) if OmegaConf.is_config(model_cfg) else nullcontext():
                 model_cfg.language_family_map = encode_family_map(family_map)
         return result
+
+    def _built_family_map(self) -> Dict[str, str]:
+        """``family_map`` as this model was built (its plan's, while the tables are on the meta device)."""
+        for _, stack in self.stacks():
+            if stack.groups.mode.endswith("family"):
+                if not stack.group_of_lang.is_meta:
+                    return self.family_map()
+                return {c: stack.groups.names[stack.groups.group_of[i]] for i, c in enumerate(self.langs)}
+        return {}
 
     def family_map(self) -> Dict[str, str]:
         """{language: family} as the group tables (buffers) say, for the family-grouped stacks."""
