@@ -108,8 +108,9 @@ def significance_against(base_seeds, seeds, directions, n_samples, references=No
     for d in have:
         digests = {(r.get("references") or {}).get(d, {}).get("sha256") for r in base_seeds + seeds}
         if len(digests) != 1:
-            raise EvaluationError(f"direction {d}: the runs were scored against different reference files; "
-                                  f"compare runs evaluated on the same corpus")
+            files = sorted({str((r.get("references") or {}).get(d, {}).get("path")) for r in base_seeds + seeds})
+            raise EvaluationError(f"direction {d}: the runs were scored against different reference files "
+                                  f"({', '.join(files)}); compare runs evaluated on the same corpus and split")
         if references is None:
             refs[d] = read_references(seeds[0], d)
         elif (references.get(d) or {}).get("sha256") != digests.pop():

@@ -384,6 +384,9 @@ class _Corpus:
 
 
 def _read_json(path, what):
+    with open(path, "rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            raise EvaluationError(f"{what} {path} is gzip-compressed, not JSON; decompress it first (gunzip -k {path})")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)

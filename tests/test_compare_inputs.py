@@ -113,3 +113,16 @@ def test_a_file_given_twice_is_refused(tmp_path, capsys):
     code, line = langshare(capsys, "compare", f"base={a}", f"base={a}", f"lsl={b}", "--no-significance")
     assert (code, line) == (2, f"langshare compare: error: {a} is given twice (as base and base); give each "
                                "run's results once")
+
+
+def test_a_gzip_file_is_named_as_such(tmp_path, capsys):
+    """Was: "is not valid JSON ('utf-8' codec can't decode byte 0x8b ...); rewrite or regenerate it" of a
+    head-to-head record (seedN.json.gz), which reads as a corrupt file."""
+    import gzip
+
+    a = write(tmp_path, "a", results({"en-xx": 30.0}))
+    packed = tmp_path / "seed1.json.gz"
+    packed.write_bytes(gzip.compress(a.read_bytes()))
+    code, line = langshare(capsys, "compare", f"a={a}", f"b={packed}", "--no-significance")
+    assert (code, line) == (2, f"langshare compare: error: results JSON {packed} is gzip-compressed, not JSON; "
+                               f"decompress it first (gunzip -k {packed})")
