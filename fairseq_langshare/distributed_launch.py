@@ -41,8 +41,7 @@ import torch
 
 from .fairseq_replacements import replace
 
-__all__ = ["infer_init_method", "launcher_placement", "first_slurm_host", "check_training_is_distributed", "first_rank",
-           "install"]
+__all__ = ["infer_init_method", "launcher_placement", "first_slurm_host", "check_training_is_distributed", "install"]
 
 logger = logging.getLogger(__name__)
 
@@ -146,14 +145,6 @@ def check_training_is_distributed() -> None:
     raise ValueError(f"this process is rank {found['rank']} of the {found['world_size']} {found['launcher']} started, "
                      "but fairseq is training it alone (fairseq-hydra-train reads the launcher's variables before it "
                      f"loads the plugin): add {HYDRA_OVERRIDES[found['launcher']]} (docs/scale.md)")
-
-
-def first_rank() -> bool:
-    """Whether this process logs for the job: a single process, or rank 0 of a distributed one (the
-    plugin's warnings about the run, not about the process, come once)."""
-    import torch.distributed as dist
-
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
 def install() -> None:

@@ -40,8 +40,8 @@ from ..data.language_families import (
     group_ids,
     resolve_families,
 )
-from ..distributed_launch import first_rank
 from ..languages import decode_inventory, encode_inventory
+from ..modules.first_rank import first_rank
 from ..modules.language_specific_layer import (
     COPIES,
     LanguageSpecificDecoderLayer,

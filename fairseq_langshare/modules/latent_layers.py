@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..distributed_launch import first_rank
 from .auxiliary import AuxiliaryReporter
+from .first_rank import first_rank
 from .routing import MissingLanguageIds, same_ids
 from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_from_state, scaled_value, set_scaled_value
