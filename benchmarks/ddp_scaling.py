@@ -53,13 +53,18 @@ CONFIGS: Dict[str, List[str]] = {
 SEARCH_OFF = "_search_off"  # a method's configuration with DDP's search for unused parameters off (diagnostic)
 
 
+def base_config(config: str) -> str:
+    """The configuration ``config`` is a diagnostic variant of (itself for one of CONFIGS)."""
+    return config[:-len(SEARCH_OFF)] if config.endswith(SEARCH_OFF) else config
+
+
 def method_of(config: str) -> str:
-    config = config[:-len(SEARCH_OFF)] if config.endswith(SEARCH_OFF) else config
+    config = base_config(config)
     return "baseline" if config.startswith("baseline") else config
 
 
 def flags_of(config: str) -> List[str]:
-    return CONFIGS[config[:-len(SEARCH_OFF)] if config.endswith(SEARCH_OFF) else config]
+    return CONFIGS[base_config(config)]
 
 
 @contextlib.contextmanager

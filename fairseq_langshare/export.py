@@ -45,6 +45,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from omegaconf import OmegaConf
 
+from .analysis.saved_config import config_value, trained_codes
 from .atomic_files import OutputPathError, check_writable, write_atomic
 from .languages import decode_inventory, decode_settings
 from .tasks.multilingual_langshare import options_as_namespace
@@ -203,7 +204,7 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
         pair_weights, changes = exporter(weights, cfg.model, src_id, tgt_id)  # may refuse the pair
     else:
         pair_weights, changes = {k: v for k, v in weights.items() if k != "lang_inventory"}, {}
-    _warn_if_untrained_sides(cfg.task, src, tgt)
+    _warn_if_untrained_sides(cfg.task, langs, src, tgt)
     export_name = getattr(model_cls, "export_model", PLAIN_ARCH)
     if callable(export_name):  # a method whose export model depends on its options (adaptive sparse)
         export_name = export_name(cfg.model)
@@ -256,22 +257,20 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
     return report
 
 
-def _warn_if_untrained_sides(task_cfg, src: str, tgt: str) -> None:
-    """A direction not trained whose source never was a source, or target a target, in training runs
-    whatever the model keeps for that language on that side at its initial values: say so. A zero-shot
-    direction between languages trained on their sides is the model's to translate, without a word."""
-    pairs = getattr(task_cfg, "lang_pairs", None) or []
-    pairs = [p.strip() for p in (pairs.split(",") if isinstance(pairs, str) else pairs) if p.strip()]
-    if not pairs or f"{src}-{tgt}" in pairs:
-        return
-    new_source, new_target = src not in {p.split("-")[0] for p in pairs}, tgt not in {p.split("-")[1] for p in pairs}
+def _warn_if_untrained_sides(task_cfg, langs, src: str, tgt: str) -> None:
+    """A direction whose source never was a source, or target a target, in training runs whatever the
+    model keeps for that language on that side at its initial values: say so. A zero-shot direction
+    between languages trained on their sides is the model's to translate, without a word."""
+    new_source = src not in trained_codes(task_cfg, langs, "src")
+    new_target = tgt not in trained_codes(task_cfg, langs, "tgt")
     if not (new_source or new_target):
         return
+    pairs = config_value(task_cfg, "lang_pairs", "")
     what = (f"{src} was never a source language nor {tgt} a target language" if new_source and new_target else
             f"{src} was never a source language" if new_source else f"{tgt} was never a target language")
     logger.warning("%s->%s is not a trained direction (--lang-pairs %s), and %s: whatever the model keeps for a "
                    "language on that side (language-specific layers, a stack, an adapter) is untrained, at its "
-                   "initial values", src, tgt, ",".join(pairs), what)
+                   "initial values", src, tgt, pairs if isinstance(pairs, str) else ",".join(pairs), what)
 
 
 def _protected(checkpoint: Path, cfg) -> Dict[str, Optional[str]]:
