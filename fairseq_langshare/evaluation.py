@@ -280,8 +280,9 @@ def to_markdown(results):
             lines.append(f"{label} signature: `{sig}`  ")
     if results.get("spbleu_note"):
         lines.append(results["spbleu_note"])
-    if off_target.note(results.get("off_target")):
-        lines.append(off_target.note(results.get("off_target")))
+    said = off_target.note(results.get("off_target"), results["directions"])
+    if said:
+        lines.append(said)
     return "\n".join(lines).rstrip() + "\n"
 
 

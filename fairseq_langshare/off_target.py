@@ -306,9 +306,10 @@ def too_short(runs: Sequence[Dict[str, Dict]], left_out: Dict) -> List[str]:
     return found
 
 
-def note(info: Optional[Dict]) -> Optional[str]:
+def note(info: Optional[Dict], directions: Optional[Sequence[str]] = None) -> Optional[str]:
     """One sentence for a table: what the rate is, which target languages it leaves out and which
-    directions have no hypothesis long enough to measure."""
+    directions have no hypothesis long enough to measure. With ``directions`` (the table's), only the
+    left-out languages one of them goes into are named (not a one-to-many table's source language)."""
     if not info:
         return None
     if "identifier" not in info:
@@ -316,6 +317,9 @@ def note(info: Optional[Dict]) -> Optional[str]:
     text = (f"Off-target: % of hypotheses of >= {info['rules']['min_chars']} characters that {info['identifier']} "
             f"identifies as another of the corpus's languages")
     left = info.get("left_out") or {}
+    if directions is not None:
+        targets = {d.split("-")[1] for d in directions}
+        left = {lang: why for lang, why in left.items() if lang in targets}
     if left:
         text += "; not measured into " + "; ".join(f"{lang} ({why})" for lang, why in left.items())
     if info.get("too_short"):
@@ -378,7 +382,7 @@ def comparison_table(cmp: Dict, cell) -> List[str]:
     unrated = cmp["off_target"].get("unrated") or []
     pooled = ("The group rows pool the hypotheses of the directions every run has a rate for"
               + (f" (not {', '.join(unrated)})" if unrated else "") + ".")
-    return lines + ["", note(cmp["off_target"]) + " " + pooled, ""]
+    return lines + ["", note(cmp["off_target"], cmp["directions"]) + " " + pooled, ""]
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -419,7 +423,7 @@ def _run(args):
             write_json_atomic(path, results)
             rates = ", ".join(f"{d} {r['off_target']:.1f}%" for d, r in results["directions"].items()
                               if r.get("off_target") is not None)
-            print(f"{path}: {rates or note(results['off_target'])}")
+            print(f"{path}: {rates or note(results['off_target'], results['directions'])}")
         return 0
     if not args.corpus:
         raise OffTargetError("pass the corpus directory (and --results FILE... to add the rate to evaluate results)")

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("py3langid", reason="the off-target rate needs the langid extra (py3langid)")
 
 from fairseq_langshare import comparison, off_target  # noqa: E402
-from fairseq_langshare.evaluation import evaluate  # noqa: E402
+from fairseq_langshare.evaluation import evaluate, to_markdown  # noqa: E402
 from test_evaluation import _WORDS, _build_tiny_corpus, _train  # noqa: E402
 
 REAL_LOCALES = "/usr/share/locale"
@@ -180,7 +180,7 @@ def _rated(rate, identified=10, **row):
 def test_comparison_shows_the_rate_and_refuses_other_rules():
     def run(rate, rules=None):
         info = {"identifier": "py3langid 0.4.0", "rules": rules or off_target.rules(), "left_out": {"nn": "why"}}
-        return {"directions": {"en-fr": _rated(rate, group="high")},
+        return {"directions": {"en-fr": _rated(rate, group="high"), "en-nn": _rated(None, group="high")},
                 "averages": {"high": {"bleu": 10.0, "chrf": 30.0, "off_target": rate}, "all": {"off_target": rate}},
                 "off_target": info}
 
@@ -349,3 +349,21 @@ def test_comparison_group_rates_pool_the_directions_every_run_rates():
     assert cmp["off_target"]["unrated"] == ["en-sr"]
     assert "group rows pool the hypotheses of the directions every run has a rate for (not en-sr)" in \
         comparison.comparison_markdown(cmp)
+
+
+def test_note_names_only_left_out_languages_some_direction_goes_into(tmp_path):
+    """Was: a one-to-many run's note said "not measured into en (...)" though no direction goes into en."""
+    few_en = sentences("en", 5, 5)
+    corpus = reference_corpus(tmp_path / "c", ["en", "fr", "nb", "nn"])
+    # en's references: only the few of the last direction's source side are long enough
+    for lang in ("fr", "nb", "nn"):
+        (tmp_path / "c" / "raw" / f"test.en-{lang}.en").write_text("\n".join(few_en) + "\n")
+    results = {"corpus": corpus, "split": "test", "averages": {"all": {}},
+               "directions": {f"en-{x}": {"group": "high"} for x in ("fr", "nb", "nn")},
+               "hypotheses": {f"en-{x}": sentences("fr", 20, 11) for x in ("fr", "nb", "nn")}}
+    off_target.add_off_target(results)
+    assert "en" in results["off_target"]["left_out"]  # the measurement still records it
+    said = off_target.note(results["off_target"], results["directions"])
+    assert "into nb (" in said and "nn (" in said and "en (" not in said, said
+    assert "en (" not in to_markdown(dict(results, significance=None))
+    assert "en (" not in comparison.comparison_markdown(comparison.compare([("a", results)], test=False))

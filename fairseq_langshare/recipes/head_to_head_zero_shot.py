@@ -210,8 +210,9 @@ def markdown(zero: Dict, labels: Dict[str, str], off_target_info: Optional[Dict]
         lines.append(start + " | ".join(cells) + " |")
         rates.append(start + " | ".join(_rate(row["models"][n]["off_target"]["mean"]) for n in names) + " |")
     lines += rates
-    if note(off_target_info):
-        lines += ["", note(off_target_info) + "."]
+    said = note(off_target_info, [d for row in targets.values() for d in row["directions"]])
+    if said:
+        lines += ["", said + "."]
     if not zero["paper_claims"]:  # none of the block's models has a claim (e.g. only the baselines recorded yet)
         return lines + [""]
     lines += ["", "**The papers' zero-shot claims, here** (decided before any M2M run, in the paper's metric: a "
