@@ -18,6 +18,7 @@ what the model's per-pair export keeps.
 """
 
 import contextlib
+import warnings
 from typing import Dict, Sequence
 
 import torch
@@ -88,11 +89,15 @@ def inference_profile(model, src_lang_id: int, tgt_lang_id: int, length: int = 1
               tgt_lang_id=torch.tensor([tgt_lang_id]))
 
     try:
-        # once uncounted: what a model computes once after loading (CLSR's folded matrices,
-        # docs/clsr.md "The inference path") is not a cost of every sentence
-        forward()
-        with _recording(model) as records, FlopCounterMode(display=False) as flops:
+        with warnings.catch_warnings():
+            # a count, not a decoding: not latent depth's warning that (an untrained model's) posteriors
+            # are undecided, which a --dry-run plan printed
+            warnings.filterwarnings("ignore", message=".*selection posteriors are undecided")
+            # once uncounted: what a model computes once after loading (CLSR's folded matrices,
+            # docs/clsr.md "The inference path") is not a cost of every sentence
             forward()
+            with _recording(model) as records, FlopCounterMode(display=False) as flops:
+                forward()
     finally:
         model.train(was_training)
     out = {"flops": int(flops.get_total_flops())}
