@@ -18,12 +18,18 @@ ACCEPTING = {
     "lsl_separate_decoder": ["--lsl-encoder-layers", "SRC={1}", "--lsl-separate-decoder"],
     "multistack": METHODS["multistack"][2:],
     "latent_depth": METHODS["latent_depth"][2:] + ["--latent-commit-updates", "2"],
+    # layers that read the language ids inside the recomputed call
+    "adapter": METHODS["adapter"][2:],
+    "lsl_ffn": ["--lsl-encoder-layers", "SRC={1} & TGT={2}", "--lsl-component", "ffn",
+                "--lsl-decoder-layers", "SRC={1} & TGT={2}"],
+    "lsl_attention": ["--lsl-encoder-layers", "SRC={2} & TGT={1}", "--lsl-component", "attention",
+                      "--lsl-decoder-layers", "SRC={1} & TGT={2}"],
+    "clsr": METHODS["clsr"][2:],
+    "adaptive_sparse": METHODS["adaptive_sparse"][2:],
 }
-ARCH = {"lsl_search": "lsl", "lsl_separate_decoder": "lsl"}
-REFUSING = [("adapter", "--checkpoint-activations"), ("adapter", "--offload-activations"),
-            ("clsr", "--checkpoint-activations"), ("clsr", "--offload-activations"),
-            ("adaptive_sparse", "--checkpoint-activations"), ("adaptive_sparse", "--offload-activations"),
-            ("latent_depth", "--offload-activations")]
+PHASES = {"latent_depth": (0, 2, 3), "adaptive_sparse": (0, 3)}  # committed from update 2; T-bar 2
+ARCH = {"lsl_search": "lsl", "lsl_separate_decoder": "lsl", "lsl_ffn": "lsl", "lsl_attention": "lsl"}
+REFUSING = [("latent_depth", "--offload-activations")]
 
 
 def build(corpus, method, *flags):
@@ -74,13 +80,51 @@ def test_every_layer_that_ran_is_recomputed_once_in_every_phase(corpus, criterio
     task.load_dataset("valid")
     plain_task, plain, _ = build(corpus, method)
     plain_task.load_dataset("valid")
-    updates = (0, 2, 3) if method == "latent_depth" else (0,)  # committed from update 2 on
-    for update in updates:
+    for update in PHASES.get(method, (0,)):
         forward, backward = fc1_calls(model, task, criterion, update)
         assert forward and backward == forward  # each fc1 that ran runs again, once, in the backward pass
         assert fc1_calls(plain, plain_task, criterion, update) == (forward, {})  # the same, not recomputed
     if method == "latent_depth":  # the commit left layers out: they run in neither pass
         assert len([n for n in forward if n.startswith("decoder.")]) == 2 < len(model.decoder.layers)
+
+
+@pytest.fixture(scope="module")
+def langshare_criterion(corpus):
+    """The plugin's criterion, which adds the auxiliary losses the model reports."""
+    task, _, args = build_task_and_model(corpus, extra=["--criterion", "langshare_label_smoothed_cross_entropy",
+                                                        "--label-smoothing", "0.1"])
+    return task.build_criterion(args)
+
+
+@pytest.mark.parametrize("flag", ["--checkpoint-activations", "--offload-activations"])
+@pytest.mark.parametrize("method", [m for m in ACCEPTING if m != "latent_depth"])  # its own test: test_latent_depth
+def test_recomputation_gives_the_gradients_of_training_without_it(corpus, langshare_criterion, method, flag,
+                                                                  one_thread):
+    """Was: layers that route by language inside the recomputed call (adapters, LSL's LS-FFN and
+    LS-attention, CLSR, adaptive sparsity) were refused, because the backward pass ran them with no
+    language ids bound. In every phase; the auxiliary losses are those of training without it."""
+    models = [build(corpus, method, *flags) for flags in ((), (flag,))]
+    for task, model, _ in models:
+        task.load_dataset("valid")
+        model.train()
+    for update in PHASES.get(method, (0,)):
+        grads, logged = [], []
+        for task, model, _ in models:
+            model.zero_grad()
+            model.set_num_updates(update)
+            dataset = task.dataset("valid")
+            batch = dataset.collater([dataset[i] for i in (0, 1, 2, 20, 21, 22)])  # both directions
+            torch.manual_seed(3)  # the same dropout masks and gate noise
+            loss, _, log = langshare_criterion(model, batch)
+            loss.backward()
+            grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+            logged.append({k: float(v) for k, v in log.items()})
+            # nothing recorded again by the recomputation: the next collection has no loss
+            assert model.auxiliary_outputs()[0] == {}
+        assert grads[0].keys() == grads[1].keys() and grads[0]
+        for name in grads[0]:
+            torch.testing.assert_close(grads[1][name], grads[0][name], msg=f"{name} at update {update}")
+        assert logged[1] == pytest.approx(logged[0])  # the auxiliary losses and statistics
 
 
 @pytest.mark.parametrize("method,flag", REFUSING)

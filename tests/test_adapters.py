@@ -327,11 +327,6 @@ def test_finetune_from_a_mismatched_baseline_is_a_one_line_error(corpus, baselin
         build(corpus, "--adapter-finetune-from", str(tmp_path / "nothing.pt"))
 
 
-def test_activation_checkpointing_is_refused(corpus):
-    with pytest.raises(ValueError, match="drop --checkpoint-activations"):
-        build(corpus, "--checkpoint-activations")
-
-
 # --- export: one pair as langshare_adapter_single -----------------------------------------------
 
 @pytest.mark.parametrize("placement", list(EXPECTED))

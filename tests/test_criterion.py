@@ -8,6 +8,7 @@ from fairseq_langshare.criterions.langshare_label_smoothed_cross_entropy import 
     LangshareLabelSmoothedCrossEntropy,
 )
 from language_probe_model import build_probe
+from method_configs import METHODS
 from tiny_corpus import build_task_and_model
 
 
@@ -77,3 +78,36 @@ def test_reduce_metrics_logs_sample_weighted_means():
     values = agg.get_smoothed_values()
     assert values["aux_budget"] == pytest.approx(0.15)
     assert values["stat_open"] == pytest.approx(0.2)
+
+
+def test_a_model_with_uncollected_records_can_be_deep_copied(setup):
+    """Was: a training forward nobody collected left the loss tensors (non-leaf, in the autograd
+    graph) on the reporting modules, and ``copy.deepcopy(model)`` (EMA, averaging, a test's
+    reference copy) raised "Only Tensors created explicitly by the user ... support the deepcopy"."""
+    import copy
+
+    task, _, probe, batch = setup
+    probe.train()
+    probe(**batch["net_input"])  # records a loss and a statistic, not collected
+    twin = copy.deepcopy(probe)
+    assert twin.auxiliary_outputs() == ({}, {})  # the copy starts with no record
+    losses, stats = probe.auxiliary_outputs()  # the original keeps its own
+    assert set(losses) == {"bias_norm"} and set(stats) == {"probe_stat"}
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_can_be_deep_copied_after_a_training_forward(corpus, method):
+    """Was: CLSR's gates and adaptive sparsity's sampled scores of the call (and every reporter's
+    records) stayed on the modules in the autograd graph, and ``copy.deepcopy`` raised."""
+    import copy
+
+    task, model, _ = build_task_and_model(corpus, arch=METHODS[method][1], extra=[*METHODS[method][2:],
+                                                                                 "--max-update", "8"])
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    model.train()
+    model.set_num_updates(3)
+    model(**ds.collater([ds[i] for i in (0, 1, 20, 21)])["net_input"])
+    twin = copy.deepcopy(model)
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
+        torch.testing.assert_close(b, a, atol=0, rtol=0, msg=name)

@@ -139,7 +139,8 @@ SINGLE_RUNS = [f"{m}/{b}" for m, b in METHODS_BACKENDS] + [f"{r}/first" for r in
     f"{r}/accumulate" for r in ACCUMULATED]
 RANK_RUNS = SINGLE_RUNS + [f"{r}/resume" for r in PHASED] + [
     "latent_depth/pytorch_ddp/checkpoint", "lsl_separate_decoder/pytorch_ddp/checkpoint",
-    "multistack/legacy_ddp/checkpoint", "baseline/pytorch_ddp/broken", "lsl_separate_decoder/legacy_ddp/broken"]
+    "multistack/legacy_ddp/checkpoint", "clsr/pytorch_ddp/checkpoint", "adapters/pytorch_ddp/checkpoint",
+    "adaptive_sparse/legacy_ddp/checkpoint", "baseline/pytorch_ddp/broken", "lsl_separate_decoder/legacy_ddp/broken"]
 
 
 def harness_args(corpus, runs, out, checkpoint_dir):
@@ -260,9 +261,12 @@ def test_two_ranks_reach_the_parameters_of_one_process_with_update_freq_2(harnes
 
 @pytest.mark.slow
 @pytest.mark.parametrize("run", ["latent_depth/pytorch_ddp", "lsl_separate_decoder/pytorch_ddp",
-                                 "multistack/legacy_ddp"])
+                                 "multistack/legacy_ddp", "clsr/pytorch_ddp", "adapters/pytorch_ddp",
+                                 "adaptive_sparse/legacy_ddp"])
 def test_activation_checkpointing_on_two_ranks_changes_no_parameter(harness, run):
-    """Recomputed layers under DDP's search for unused parameters, latent depth across its commit."""
+    """Recomputed layers under DDP's search for unused parameters, latent depth across its commit,
+    adaptive sparsity across T-bar; CLSR, adapters and adaptive sparsity recompute with the language
+    ids the forward call had."""
     single, ranks = harness
     method, backend = run.split("/")
     assert_same_state(single[(method, backend, "plain")]["params"], ranks[(method, backend, "checkpoint")]["params"])

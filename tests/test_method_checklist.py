@@ -34,13 +34,24 @@ def test_every_method_has_small_and_tiny_presets():
     assert missing == [], "register_model_architecture these presets (docs/architecture.md, 'Model')"
 
 
+def _arch(flags):
+    return flags[flags.index("--arch") + 1].format(size="tiny")
+
+
 def test_every_method_is_in_the_shared_test_lists():
-    in_methods = {flags[flags.index("--arch") + 1] for flags in METHODS.values()}
-    missing = [f"{name}_tiny: add it to {where}" for name in methods()
-               for where, listed in (("tests/method_configs.py METHODS (and AUX_LOSSES if it reports losses)",
-                                      in_methods), ("tests/option_sweep.py ARCHS", ARCHS))
+    from benchmarks import data_parallel_steps
+    from test_activation_checkpointing import ACCEPTING, ARCH, REFUSING
+
+    checkpointing = {METHODS[ARCH.get(m, m)][1] for m in [*ACCEPTING, *(m for m, _ in REFUSING)]}
+    lists = (("tests/method_configs.py METHODS (and AUX_LOSSES if it reports losses)",
+              {_arch(flags) for flags in METHODS.values()}),
+             ("tests/option_sweep.py ARCHS", ARCHS),
+             ("tests/test_activation_checkpointing.py ACCEPTING (or REFUSING, with the refusal)", checkpointing),
+             ("benchmarks/data_parallel_steps.py METHODS (2 ranks = 1 process)",
+              {_arch(flags) for flags in data_parallel_steps.METHODS.values()}))
+    missing = [f"{name}_tiny: add it to {where}" for name in methods() for where, listed in lists
                if f"{name}_tiny" not in listed]
-    assert missing == []
+    assert missing == [], "\n".join(missing)
 
 
 def test_every_method_is_documented():

@@ -60,9 +60,8 @@ def test_every_method_trains_in_mixed_precision(corpus, tmp_path, monkeypatch, m
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("method,num_updates", [("clsr", 0), ("latent_depth", 0), ("adaptive_sparse", 0),
-                                                ("adaptive_sparse", 3)], ids=["clsr", "latent_depth",
-                                                                              "sparse_phase1", "sparse_phase2"])
+@pytest.mark.parametrize("method,num_updates", [(m, 0) for m in AUX_LOSSES] + [("adaptive_sparse", 3)],
+                         ids=[*AUX_LOSSES, "adaptive_sparse_phase2"])  # every method that reports losses
 def test_auxiliary_losses_are_fp32_and_match_the_fp32_model(corpus, method, num_updates, dtype):
     """The model in half (bfloat16) reports each auxiliary loss as an fp32 scalar equal to the
     fp32 model's up to the rounding of its inputs."""

@@ -27,7 +27,6 @@ from typing import Dict, List, Optional
 import torch
 from fairseq import checkpoint_utils
 from fairseq.dataclass import ChoiceEnum
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
 from fairseq.models.transformer.transformer_legacy import base_architecture
@@ -37,6 +36,7 @@ from torch import nn
 
 from ..checkpoint_safety import require_checkpoint
 from ..languages import decode_inventory
+from ..modules.activation_checkpointing import wrap_like_fairseq
 from ..modules.adapters import Adapter, AdapterBank, LanguagePairTable
 from ..option_ranges import Range
 from .langshare_transformer import small_preset, tiny_preset
@@ -167,13 +167,13 @@ class _AdaptedStack:
         adapter = self._next_adapter(cfg, cfg.encoder.embed_dim)
         if adapter is None:
             return super().build_encoder_layer(cfg)
-        return fsdp_wrap(AdapterEncoderLayer(cfg, adapter, return_fc=self.return_fc), min_num_params=cfg.min_params_to_wrap)
+        return wrap_like_fairseq(AdapterEncoderLayer(cfg, adapter, return_fc=self.return_fc), cfg)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         adapter = self._next_adapter(cfg, cfg.decoder.embed_dim)
         if adapter is None:
             return super().build_decoder_layer(cfg, no_encoder_attn)
-        return fsdp_wrap(AdapterDecoderLayer(cfg, adapter, no_encoder_attn), min_num_params=cfg.min_params_to_wrap)
+        return wrap_like_fairseq(AdapterDecoderLayer(cfg, adapter, no_encoder_attn), cfg)
 
 
 class _BankStack(_AdaptedStack):
@@ -210,9 +210,6 @@ class AdapterTransformerModel(LanguageAwareTransformerModel):
         if inventory is None:
             raise ValueError("langshare_adapter_transformer routes every sentence by its languages: "
                              "use --task multilingual_langshare")
-        if getattr(args, "checkpoint_activations", False):
-            raise ValueError("--checkpoint-activations re-runs layers in the backward pass, when no language ids are "
-                             "bound, so adapter layers cannot use it; drop --checkpoint-activations")
         placement = str(getattr(args, "adapter_placement", None) or "enc-src")
         if placement.startswith("pair"):
             pairs = _pairs(getattr(args, "adapter_pairs", None))

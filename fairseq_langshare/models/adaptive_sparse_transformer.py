@@ -29,7 +29,6 @@ from typing import Dict, List, Optional
 
 import torch
 from fairseq.dataclass import ChoiceEnum
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -43,6 +42,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
+from ..modules.activation_checkpointing import wrap_like_fairseq
 from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_layer_on_rows
 from ..modules.scaled_logits import scaled_from_state
 from ..modules.schedules import set_given_options
@@ -177,9 +177,6 @@ def validate(cfg) -> None:
     if cfg.sparse_t_bar is None:
         raise ValueError("--sparse-t-bar: no T-bar (pass --sparse-t-bar N, or --max-update for its default of a "
                          "32nd of the run)")
-    if cfg.checkpoint_activations or cfg.offload_activations:
-        raise ValueError("--checkpoint-activations is not supported by adaptive_sparse_transformer (its scores "
-                         "travel outside the layer call); train without it")
     if cfg.cross_self_attention:
         raise ValueError("--cross-self-attention is not supported by adaptive_sparse_transformer")
 
@@ -452,8 +449,7 @@ class SparseEncoder(LanguageAwareEncoder):
     def build_encoder_layer(self, cfg):
         scorer, count = self.__dict__["_pending"]
         count[0] += 1
-        layer = SparseEncoderLayer(cfg, scorer, count[0] - 1, return_fc=self.return_fc)
-        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap)
+        return wrap_like_fairseq(SparseEncoderLayer(cfg, scorer, count[0] - 1, return_fc=self.return_fc), cfg)
 
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None,
                 src_lang_id=None, tgt_lang_id=None):
@@ -474,8 +470,7 @@ class SparseDecoder(LanguageAwareDecoder):
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         scorer, count = self.__dict__["_pending"]
         count[0] += 1
-        layer = SparseDecoderLayer(cfg, scorer, count[0] - 1, no_encoder_attn)
-        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap)
+        return wrap_like_fairseq(SparseDecoderLayer(cfg, scorer, count[0] - 1, no_encoder_attn), cfg)
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
                          full_context_alignment=False, alignment_layer=None, alignment_heads=None):
@@ -725,12 +720,12 @@ class _SingleDecoderLayer(TransformerDecoderLayerBase):
 
 class _SingleEncoder(TransformerEncoderBase):
     def build_encoder_layer(self, cfg):
-        return fsdp_wrap(_SingleEncoderLayer(cfg, return_fc=self.return_fc), min_num_params=cfg.min_params_to_wrap)
+        return wrap_like_fairseq(_SingleEncoderLayer(cfg, return_fc=self.return_fc), cfg)
 
 
 class _SingleDecoder(TransformerDecoderBase):
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return fsdp_wrap(_SingleDecoderLayer(cfg, no_encoder_attn), min_num_params=cfg.min_params_to_wrap)
+        return wrap_like_fairseq(_SingleDecoderLayer(cfg, no_encoder_attn), cfg)
 
 
 @register_model(SINGLE_MODEL)

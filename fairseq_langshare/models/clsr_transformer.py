@@ -32,6 +32,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
+from ..modules.activation_checkpointing import wrap_like_fairseq
 from ..modules.auxiliary import AuxiliaryReporter
 from ..modules.clsr import ClsrUnit, LanguageProjections
 from ..modules.language_specific_layer import reorder_modules
@@ -232,7 +233,7 @@ class ClsrEncoder(LanguageAwareEncoder):
 
     def build_encoder_layer(self, cfg):
         self.clsr_stack.languages = self.languages
-        return ClsrEncoderLayer(cfg, self.clsr_stack)
+        return wrap_like_fairseq(ClsrEncoderLayer(cfg, self.clsr_stack), cfg)
 
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None,
                 src_lang_id=None, tgt_lang_id=None):
@@ -253,7 +254,7 @@ class ClsrDecoder(LanguageAwareDecoder):
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         self.clsr_stack.languages = self.languages
-        return ClsrDecoderLayer(cfg, self.clsr_stack, no_encoder_attn)
+        return wrap_like_fairseq(ClsrDecoderLayer(cfg, self.clsr_stack, no_encoder_attn), cfg)
 
     def reorder_incremental_state_scripting(self, incremental_state, new_order):
         """fairseq's walk over every module at every decoding step, over a list made once."""
@@ -293,11 +294,6 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         if dedicated and variant != "dedicated":
             raise ValueError(f"--clsr-dedicated {dedicated} needs --clsr-variant dedicated (it is --clsr-variant "
                              f"{variant}, which ignores the list)")
-        for flag in ("offload_activations", "checkpoint_activations"):  # offloading implies checkpointing
-            if getattr(args, flag, False):  # fairseq wraps its own layers only; and the ids would be unbound
-                option = "--" + flag.replace("_", "-")
-                raise ValueError(f"{option} re-runs layers in the backward pass, when no language ids are bound, "
-                                 f"so CLSR units cannot use it: drop {option}")
 
     @classmethod
     def export_state_dict(cls, state_dict, model_cfg, src_id: int, tgt_id: int):

@@ -23,7 +23,6 @@ from typing import Dict, List, Optional
 import torch
 from fairseq import checkpoint_utils
 from fairseq.dataclass import ChoiceEnum
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture
@@ -32,6 +31,7 @@ from omegaconf import OmegaConf, open_dict
 
 from ..checkpoint_safety import require_checkpoint
 from ..languages import decode_inventory
+from ..modules.activation_checkpointing import wrap_like_fairseq
 from ..modules.language_specific_layer import (
     COPIES,
     LanguageSpecificDecoderLayer,
@@ -127,17 +127,7 @@ def make_plan(cfg, num_langs: int) -> LSLPlan:
     if (cfg.encoder.layers_to_keep or cfg.decoder.layers_to_keep) and (
             any(sides["encoder"]) or any(sides["decoder"])):
         raise LayerSpecError("--encoder/decoder-layers-to-keep renumbers layers; it cannot be combined with LSLs")
-    partial = component != "layer" and (any(sides["encoder"]) or (any(sides["decoder"]) and not cfg.lsl_separate_decoder))
-    if cfg.checkpoint_activations and partial:
-        raise ValueError(f"--checkpoint-activations re-runs layers outside the forward call, which --lsl-component "
-                         f"{component} layers cannot; use --lsl-component layer or drop --checkpoint-activations")
     return LSLPlan(num_langs, sides["encoder"], sides["decoder"], component, bool(cfg.lsl_separate_decoder))
-
-
-def _wrap_like_fairseq(layer, cfg):
-    """What fairseq's build_*_layer does after building a layer (FSDP; no activation
-    checkpointing for partial LSLs, see make_plan)."""
-    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap)
 
 
 class LSLEncoder(LanguageAwareEncoder):
@@ -159,7 +149,7 @@ class LSLEncoder(LanguageAwareEncoder):
         if plan.component == "layer":
             return LanguageSpecificEncoderLayer([build(cfg) for _ in range(plan.num_langs)], self.languages, side)
         layer = PartialLanguageSpecificEncoderLayer(cfg, self.languages, side, plan.num_langs, plan.component)
-        return _wrap_like_fairseq(layer, cfg)
+        return wrap_like_fairseq(layer, cfg)
 
 
 class LSLDecoder(LanguageAwareDecoder):
@@ -186,7 +176,7 @@ class LSLDecoder(LanguageAwareDecoder):
             return LanguageSpecificDecoderLayer(copies, self.languages, side)
         layer = PartialLanguageSpecificDecoderLayer(cfg, self.languages, side, plan.num_langs, plan.component,
                                                     no_encoder_attn=no_encoder_attn)
-        return _wrap_like_fairseq(layer, cfg)
+        return wrap_like_fairseq(layer, cfg)
 
     def reorder_incremental_state_scripting(self, incremental_state, new_order):
         """fairseq walks every module (every language's copy) at every step; the copies' caches

@@ -10,11 +10,17 @@ torch's non-reentrant checkpoint keeps the parameters in the graph and recompute
 backward pass as fairseq's does (same RNG state: the same dropout masks). ``--offload-activations``
 keeps the layer's inputs on the CPU until the backward pass needs them, as fairseq's does.
 
+The recomputation runs with the language ids the forward call had bound (``routing.rebound``), so
+layers that route by language inside the call (adapters, LSL's LS-FFN and LS-attention) recompute
+what they computed; auxiliary losses and statistics are not reported again (``recomputing()``).
+
 ``checkpointed(layer, offload)`` puts this in place of fairseq's wrapper on a layer (the
-language-aware encoder and decoder do it for every layer fairseq builds); ``checkpoint(fn, ...)``
-runs one call so (latent depth's layers, whose scale ``z`` is set around the call).
+language-aware encoder and decoder do it for every layer fairseq builds; ``wrap_like_fairseq``
+for a layer a method builds itself); ``checkpoint(fn, ...)`` runs one call so (latent depth's
+layers, whose scale ``z`` is set around the call).
 """
 
+import contextlib
 import functools
 from typing import Any, Callable
 
@@ -22,7 +28,39 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-__all__ = ["checkpoint", "checkpointed", "replace_fairseq_checkpointing"]
+from .routing import bound_languages, rebound
+
+__all__ = ["checkpoint", "checkpointed", "wrap_like_fairseq", "recomputing", "replace_fairseq_checkpointing"]
+
+_RECOMPUTING = [0]
+
+
+def recomputing() -> bool:
+    """Whether a checkpointed call is being recomputed in the backward pass now."""
+    return _RECOMPUTING[0] > 0
+
+
+@contextlib.contextmanager
+def _recomputation():
+    _RECOMPUTING[0] += 1
+    try:
+        yield
+    finally:
+        _RECOMPUTING[0] -= 1
+
+
+def _replaying_languages(fn: Callable) -> Callable:
+    """``fn``, whose calls after the first (the recomputation) run with the language ids bound now."""
+    bound, calls = bound_languages(), [0]
+
+    def run(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 1:
+            return fn(*args, **kwargs)
+        with rebound(bound), _recomputation():
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def _to(value: Any, device) -> Any:
@@ -38,6 +76,7 @@ def _to(value: Any, device) -> Any:
 def checkpoint(fn: Callable, *args, offload: bool = False, **kwargs):
     """``fn(*args, **kwargs)`` whose activations are recomputed in the backward pass instead of kept
     (``offload``: the inputs wait on the CPU); the gradients reach every tensor ``fn`` reads."""
+    fn = _replaying_languages(fn)
     if not offload:
         return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False, **kwargs)
     device = next((a.device for a in args if torch.is_tensor(a)), None)
@@ -64,6 +103,18 @@ def checkpointed(layer: nn.Module, offload: bool = False) -> nn.Module:
     layer.precheckpoint_forward = layer.forward
     layer.forward = functools.partial(_checkpointed_forward, layer.precheckpoint_forward, offload)
     return layer
+
+
+def wrap_like_fairseq(layer: nn.Module, cfg) -> nn.Module:
+    """What fairseq's ``build_*_layer`` does to the layer it builds, for a layer a method builds
+    itself: checkpointed under ``--checkpoint-activations`` (which fairseq's model sets for
+    ``--offload-activations``), then FSDP-wrapped (always, when checkpointed)."""
+    from fairseq.distributed import fsdp_wrap
+
+    checkpointing = bool(getattr(cfg, "checkpoint_activations", False))
+    if checkpointing:
+        layer = checkpointed(layer, bool(getattr(cfg, "offload_activations", False)))
+    return fsdp_wrap(layer, min_num_params=0 if checkpointing else cfg.min_params_to_wrap)
 
 
 def replace_fairseq_checkpointing(layer: nn.Module) -> nn.Module:

@@ -12,7 +12,17 @@ from typing import Dict, Tuple
 import torch
 from torch import Tensor, nn
 
+from .activation_checkpointing import recomputing
+from .call_state import CallState
+
 __all__ = ["AuxiliaryReporter", "collect_auxiliary"]
+
+
+class _Records(CallState):
+    """A module's records of one forward call (a copy of the module starts with none)."""
+
+    def fresh(self) -> "_Records":
+        return _Records(losses={}, stats={})
 
 
 class AuxiliaryReporter:
@@ -21,17 +31,21 @@ class AuxiliaryReporter:
     def _records(self):
         records = self.__dict__.get("_aux_records")
         if records is None:
-            records = {"losses": {}, "stats": {}}
+            records = _Records(losses={}, stats={})
             self.__dict__["_aux_records"] = records
         return records
 
     def report_loss(self, name: str, value: Tensor, weight: float) -> None:
         """Record a scalar loss for this batch; the criterion adds ``weight * value``. Compute ``value`` in
-        fp32 (``.float()`` before the reduction): a half loss overflows under ``--fp16``."""
-        self._records()["losses"][name] = (value, float(weight))
+        fp32 (``.float()`` before the reduction): a half loss overflows under ``--fp16``. Not recorded
+        again when the call is recomputed in the backward pass (``--checkpoint-activations``)."""
+        if not recomputing():
+            self._records()["losses"][name] = (value, float(weight))
 
     def report_stat(self, name: str, value) -> None:
         """Record a scalar statistic for logging only (no gradient)."""
+        if recomputing():
+            return
         if torch.is_tensor(value):
             value = value.detach()
         self._records()["stats"][name] = value

@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .activation_checkpointing import recomputing
+from .call_state import CallState
 from .routing import LanguageIds, language_grouping, languages_present, route_by_language
 from .schedules import ScheduledModule, keep_horizons, linear_ramp
 
@@ -123,7 +125,7 @@ class ClsrUnit(nn.Module, ScheduledModule):
         # per-call state in a plain dict (nn.Module.__setattr__ is slow on the decoding path):
         # "gates" armed for the next forward, "last" = (gates, padding mask) for the budget,
         # "fold" the folded inference weights of this call (None: unfolded), "folded" their cache
-        self._call = {"gates": None, "last": None, "fold": None, "folded": None}
+        self._call = CallState(gates=None, last=None, fold=None, folded=None)
         self.collect: Optional[Callable] = None  # analysis hook: fn(name, gates (T,B), lang_ids, mask)
         self.pre: Optional[nn.Module] = None  # FFN units: fc2, whose output the unit projects
 
@@ -205,6 +207,8 @@ class ClsrUnit(nn.Module, ScheduledModule):
         # kept for the budget (summed only if it asks): the raw mask may be all False (masking with
         # it is exact), which costs no device sync on the decoding path
         mask = self.languages.raw_padding_mask(z.size(0))
+        if recomputing():  # the budget (Eq. 6) was taken from the forward call's gates
+            return
         call["last"] = (gates, mask)
         if self.collect is not None:
             self.collect(self.name, gates.detach().squeeze(-1), self.languages.get(self.side),

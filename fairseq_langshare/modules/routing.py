@@ -15,6 +15,7 @@ decoder to the layers it built. It is bound for the duration of one forward call
 so the same per-language containers can hold one copy per group.
 """
 
+import contextlib
 from contextlib import contextmanager
 from typing import Callable, Optional
 
@@ -22,7 +23,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["route_by_language", "languages_present", "language_grouping", "same_ids", "LanguageIds",
-           "LanguageGroupIds", "MissingLanguageIds", "LastResult"]
+           "LanguageGroupIds", "MissingLanguageIds", "LastResult", "bound_languages", "rebound"]
 
 
 class MissingLanguageIds(RuntimeError):
@@ -170,13 +171,20 @@ class LanguageIds:
     @contextmanager
     def bind(self, src: Optional[Tensor], tgt: Optional[Tensor], padding_mask: Optional[Tensor] = None):
         """``padding_mask`` (B, T): padding of the token stream this encoder/decoder processes."""
-        previous = self._bound
         # whether anything is padded is asked lazily (``padding_mask``), by the components that
         # need it, once per call and length: binding costs no device sync
-        self._bound = {"src": src, "tgt": tgt, "padding_mask": padding_mask, "masks": {}}
-        try:
+        with self._restored({"src": src, "tgt": tgt, "padding_mask": padding_mask, "masks": {}}):
             yield self
+
+    @contextmanager
+    def _restored(self, bound):
+        previous = self._bound
+        self._bound = bound
+        _BOUND.append(self)
+        try:
+            yield
         finally:
+            _BOUND.remove(self)
             self._bound = previous
 
     def padding_mask(self, length: int) -> Optional[Tensor]:
@@ -210,6 +218,24 @@ class LanguageIds:
                 "language ids; train and decode with --task multilingual_langshare"
             )
         return ids
+
+
+_BOUND = []  # the LanguageIds bound now (an encoder's and, inside the decoder's call, the decoder's)
+
+
+def bound_languages() -> list:
+    """What every ``LanguageIds`` bound now holds, for ``rebound``: a layer recomputed in the backward
+    pass (``activation_checkpointing``) runs outside the forward call that bound its ids."""
+    return [(ids, ids._bound) for ids in _BOUND]
+
+
+@contextmanager
+def rebound(saved: list):
+    """Every ``LanguageIds`` of ``saved`` (``bound_languages()``) bound again as it was then."""
+    with contextlib.ExitStack() as stack:
+        for ids, bound in saved:
+            stack.enter_context(ids._restored(bound))
+        yield
 
 
 class LanguageGroupIds:

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
+from .call_state import CallState
 from .latent_layers import gumbel_logits, mark_languages
 from .routing import MissingLanguageIds, route_by_language, same_ids
 from .row_subsets import rows_of
@@ -206,7 +207,7 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
             add_scaled_logits(self, f"{category}_logits", shapes[category], logit_init, logit_lr_scale)
         self.register_buffer("trained_languages", torch.ones(num_langs, dtype=torch.bool), persistent=False)
         self.set_trained_languages(trained_languages)
-        self._call = {"batch": None}
+        self._call = CallState(batch=None)
 
     def set_trained_languages(self, ids: Optional[Sequence[int]]) -> None:
         """The languages trained on this side (all when none are named): those the losses run over.
@@ -261,7 +262,7 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
             if cached is not None and cached["tables"] is tables and same_ids(cached["key"], lang_ids):
                 self._call = cached
                 return
-        call = {"batch": lang_ids.numel(), "ids": lang_ids, "training": self.training}
+        call = CallState(batch=lang_ids.numel(), ids=lang_ids, training=self.training)
         if self.training:
             call["rows"] = self._sample(lang_ids)
         else:
@@ -341,7 +342,7 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
             if entry is not None and entry[0] is rows:
                 narrowed = entry[1]
         if narrowed is None:
-            narrowed = dict(call, batch=rows.numel(), ids=call["ids"].index_select(0, rows))
+            narrowed = CallState(call, batch=rows.numel(), ids=call["ids"].index_select(0, rows))
             for key in ("keep", "narrowed", "layer_rows", "key"):  # no layer within a layer, no cache
                 narrowed.pop(key, None)
             if "gamma" in call:
