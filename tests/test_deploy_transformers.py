@@ -4,6 +4,7 @@ as fairseq-interactive does on the full multilingual checkpoint."""
 
 import io
 import json
+import os
 import shutil
 import sys
 from contextlib import redirect_stdout
@@ -498,3 +499,66 @@ def test_dictionaries_of_the_same_size_but_other_entries_are_refused(spm_corpus,
     assert f"the dictionaries in {data} are not those {ckpt} was trained with" in err, err
     assert err.endswith("pass --data, the fairseq-preprocess directory the model was trained on"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "other"]
+
+
+@needs_transformers
+def test_out_in_a_directory_that_does_not_exist_yet(baseline_export, tmp_path, capsys):
+    """Was: `[Errno 2] No such file or directory: '.../.out.tmp-PID'` after the work (--format
+    ctranslate2 and fairseq create the parents)."""
+    _, ckpt, _ = baseline_export
+    out = tmp_path / "exports" / "en" / "en-fr"
+    assert langshare(["export", str(ckpt), "--src", "en", "--tgt", "fr", "--format", "transformers",
+                      "--out", str(out)]) == 0
+    assert (out / "model.safetensors").is_file() and sorted(p.name for p in out.parent.iterdir()) == ["en-fr"]
+
+
+@needs_transformers
+def test_an_earlier_export_whose_files_were_changed_is_not_replaced(baseline_export, tmp_path, capsys):
+    """Was: a model fine-tuned in place (``save_pretrained`` into the export) was replaced by the
+    export's weights without a word: its files have the export's names."""
+    from fairseq_langshare.data.corpus_build import sha256
+
+    _, ckpt, hf = baseline_export
+    out = tmp_path / "en-fr"
+    shutil.copytree(hf, out)
+    tuned = out / "model.safetensors"
+    with open(tuned, "ab") as f:  # what save_pretrained of other weights does to the file
+        f.write(b"\0")
+    before = sha256(tuned)
+    export = ["export", str(ckpt), "--src", "en", "--tgt", "fr", "--format", "transformers", "--out", str(out)]
+    assert langshare(export) == 2
+    err = one_line_error(capsys)
+    assert "model.safetensors changed since langshare export wrote it" in err and "nothing was written" in err, err
+    assert sha256(tuned) == before and sorted(p.name for p in tmp_path.iterdir()) == ["en-fr"]
+    tuned.unlink()  # the user's decision: the file goes, the export is replaced
+    assert langshare(export) == 0 and (out / "model.safetensors").is_file()
+
+
+@needs_transformers
+def test_a_killed_export_s_staging_directory_is_removed_by_the_next(baseline_export, tmp_path, capsys):
+    """Was: a hidden ``.DIR.tmp-PID`` of an export killed while writing stayed beside DIR for good."""
+    import subprocess
+
+    _, ckpt, _ = baseline_export
+    out = tmp_path / "en-fr"
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a process id that no process holds now
+    stale = tmp_path / f".en-fr.tmp-{gone.pid}"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"partial")
+    alive = tmp_path / f".en-fr.tmp-{os.getppid()}"  # an export still running: left alone
+    alive.mkdir()
+    assert langshare(["export", str(ckpt), "--src", "en", "--tgt", "fr", "--format", "transformers",
+                      "--out", str(out)]) == 0
+    assert not stale.exists() and alive.is_dir()
+
+
+@needs_transformers
+def test_translate_names_a_transformers_export_for_what_it_is(baseline_export, capsys):
+    """Was: "... is not a langshare-ctranslate2 manifest: re-export the model with langshare export
+    --format ctranslate2", which did not say the directory is a transformers export and how to load it."""
+    pytest.importorskip("ctranslate2")
+    _, _, hf = baseline_export
+    assert langshare(["translate", str(hf)]) == 2
+    err = one_line_error(capsys, "translate")
+    assert f"{hf} is a --format transformers export" in err and "AutoModelForSeq2SeqLM" in err, err

@@ -24,6 +24,14 @@ class EchoTranslator:
         return [line.upper() for line in lines]
 
 
+def fake_export(tmp_path):
+    """A directory with the manifest of a CTranslate2 export (translate checks it before reading stdin)."""
+    export = tmp_path / "export"
+    export.mkdir(exist_ok=True)
+    (export / "langshare.json").write_text('{"format": "langshare-ctranslate2"}')
+    return export
+
+
 @pytest.fixture
 def echo(monkeypatch):
     monkeypatch.setattr(translate, "PairTranslator", EchoTranslator)
@@ -37,7 +45,7 @@ def test_a_non_utf8_input_file_is_refused_before_the_model_loads(tmp_path, capsy
     monkeypatch.setattr(translate, "PairTranslator", no_model)
     source = tmp_path / "in.txt"
     source.write_bytes(b"cat dog\nred \xff tree\n")
-    code, line = langshare(capsys, "translate", tmp_path / "export", "--input", source)
+    code, line = langshare(capsys, "translate", fake_export(tmp_path), "--input", source)
     assert (code, line) == (2, f"langshare translate: error: --input {source}: line 2 is not valid UTF-8 (byte 0xff "
                                f"at column 5); convert it with `iconv -c -f utf-8 -t utf-8 {source} > {source}.utf8` "
                                "or pipe it to stdin, where invalid bytes are replaced"), line
@@ -53,14 +61,14 @@ def test_non_utf8_lines_on_stdin_are_replaced_with_a_warning(tmp_path, capsys, m
 
     capsys.readouterr()
     with caplog.at_level(logging.WARNING):
-        assert cli.main(["translate", str(tmp_path / "export"), "--quiet"]) == 0
+        assert cli.main(["translate", str(fake_export(tmp_path)), "--quiet"]) == 0
     assert capsys.readouterr().out.splitlines() == ["CAT DOG", "RED \ufffd TREE", "BIG HOUSE"]
     assert "input line 2 is not valid UTF-8: its invalid bytes were replaced by U+FFFD" in caplog.text
 
 
 def test_max_len_b_zero_with_max_len_a_zero_is_refused(tmp_path, capsys, echo):
     (tmp_path / "in.txt").write_text("cat dog\n")
-    code, line = langshare(capsys, "translate", tmp_path / "export", "--input", tmp_path / "in.txt", "--max-len-a", "0",
+    code, line = langshare(capsys, "translate", fake_export(tmp_path), "--input", tmp_path / "in.txt", "--max-len-a", "0",
                            "--max-len-b", "0")
     assert (code, line) == (2, "langshare translate: error: --max-len-a 0 with --max-len-b 0 leaves no target token: "
                                "pass --max-len-b 1 or more (fairseq-generate's default is 200)"), line

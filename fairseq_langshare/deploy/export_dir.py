@@ -7,16 +7,21 @@ earlier export is replaced only while it holds nothing else. A directory the use
 export into which the user put files of their own (hypotheses, a folder), is never emptied: the
 export is refused in one line that names what is in the way, before anything is written, and so is
 ``DIR`` as the working directory (``--out .``), which the rename would leave deleted under the shell.
-A symlinked ``DIR`` keeps its link: the directory it points to is replaced.
+The manifest also holds each file's sha256: an earlier export whose files were changed since (a
+model fine-tuned and saved in place) is refused the same way. A symlinked ``DIR`` keeps its link:
+the directory it points to is replaced. ``DIR``'s parent directories are created; the staging
+directory of an export that was killed (its process is gone) is removed by the next one.
 """
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Dict, List
 
 from ..atomic_files import write_json_atomic
+from ..data.corpus_build import sha256
 from ..export import ExportError
 
 __all__ = ["MANIFEST", "OutDir", "read_manifest"]
@@ -36,8 +41,16 @@ def read_manifest(model_dir, fmt: str, error=ExportError) -> Dict:
     with open(path, encoding="utf-8") as f:
         manifest = json.load(f)
     if manifest.get("format") != fmt:
+        other = str(manifest.get("format") or "").replace("langshare-", "")
+        if other in _LOADED_BY:
+            raise error(f"{model_dir} is a --format {other} export ({_LOADED_BY[other]}); this needs --format {flag}: "
+                        f"export the checkpoint again with langshare export --format {flag}")
         raise error(f"{path} is not a {fmt} manifest: re-export the model with langshare export --format {flag}")
     return manifest
+
+
+_LOADED_BY = {"transformers": "load it with transformers' AutoModelForSeq2SeqLM.from_pretrained, docs/deploy.md",
+              "ctranslate2": "translate with it with langshare translate, docs/deploy.md"}
 
 
 def _working_directory():
@@ -45,6 +58,17 @@ def _working_directory():
         return Path(os.path.realpath(os.getcwd()))
     except OSError:  # deleted
         return None
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def _export_files(manifest: Dict) -> List[str]:
@@ -90,17 +114,32 @@ class OutDir:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise self.error(f"{self.given} is an earlier export that also holds files langshare export did not write "
                              f"({shown}): move them out of it or pass a new --out directory (nothing was written)")
+        written = manifest.get("sha256") if isinstance(manifest, dict) else None
+        changed = [name for name, digest in sorted((written or {}).items())
+                   if (out / name).is_file() and sha256(out / name) != digest]
+        if changed:
+            raise self.error(f"{self.given}/{changed[0]} changed since langshare export wrote it"
+                             f"{f' (and {len(changed) - 1} more file)' if len(changed) > 1 else ''} (fine-tuned and "
+                             "saved in place?): pass a new --out directory, or delete the changed files to replace "
+                             "the export (nothing was written)")
 
     def fresh_staging(self) -> Path:
-        if self.staging.exists():
-            shutil.rmtree(self.staging)
+        """The staging directory, absent (its parents created); stale ones of killed exports removed."""
+        parent = self.staging.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        pattern = re.compile(rf"\.{re.escape(self.target.name)}\.(tmp|old)-(\d+)")
+        for path in parent.iterdir():
+            match = pattern.fullmatch(path.name)
+            if match and (path == self.staging or not _running(int(match.group(2)))) and path.is_dir():
+                shutil.rmtree(path)
         return self.staging
 
     def publish(self, manifest: Dict) -> None:
         """Write ``manifest`` (plus ``files``: what the staging directory holds) and rename the
         staging directory to ``DIR``, replacing an earlier export (checked again just before)."""
         files = sorted(p.name for p in self.staging.iterdir() if p.name != MANIFEST)
-        write_json_atomic(self.staging / MANIFEST, {**manifest, "files": files})
+        digests = {name: sha256(self.staging / name) for name in files if (self.staging / name).is_file()}
+        write_json_atomic(self.staging / MANIFEST, {**manifest, "files": files, "sha256": digests})
         self.check()
         out = self.target
         if not out.exists():

@@ -131,6 +131,7 @@ def _run(args) -> int:
         raise ValueError("--max-len-a 0 with --max-len-b 0 leaves no target token: pass --max-len-b 1 or more "
                          "(fairseq-generate's default is 200)")
     require_ctranslate2()
+    read_manifest(args.model_dir)  # before stdin is read: a directory that is no CTranslate2 export is refused at once
     lines = read_input(args.input)  # before the model loads: a bad --input file is refused at once
     translator = PairTranslator(args.model_dir, device=args.device, threads=args.threads)
     chunk = max(args.batch_size * 32, 1024)  # sorted by length within a chunk; output streams chunk by chunk
