@@ -11,8 +11,9 @@ backward pass as fairseq's does (same RNG state: the same dropout masks). ``--of
 keeps the layer's inputs on the CPU until the backward pass needs them, as fairseq's does.
 
 The recomputation runs with the language ids the forward call had bound (``routing.rebound``), so
-layers that route by language inside the call (adapters, LSL's LS-FFN and LS-attention) recompute
-what they computed; auxiliary losses and statistics are not reported again (``recomputing()``).
+layers that route by language inside the call (adapters, LSL's LS-FFN and LS-attention, CLSR's
+units, adaptive sparsity's scored components) recompute what they computed; auxiliary losses and
+statistics are not reported again (``recomputing()``).
 
 ``checkpointed(layer, offload)`` puts this in place of fairseq's wrapper on a layer (the
 language-aware encoder and decoder do it for every layer fairseq builds; ``wrap_like_fairseq``

@@ -15,8 +15,7 @@ decoder to the layers it built. It is bound for the duration of one forward call
 so the same per-language containers can hold one copy per group.
 """
 
-import contextlib
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Callable, Optional
 
 import torch
@@ -232,7 +231,7 @@ def bound_languages() -> list:
 @contextmanager
 def rebound(saved: list):
     """Every ``LanguageIds`` of ``saved`` (``bound_languages()``) bound again as it was then."""
-    with contextlib.ExitStack() as stack:
+    with ExitStack() as stack:
         for ids, bound in saved:
             stack.enter_context(ids._restored(bound))
         yield
