@@ -176,7 +176,7 @@ def test_existing_directory_of_the_user_is_left_alone(trained, tmp_path, capsys)
     assert langshare(["export", str(trained), "--src", "en", "--tgt", "fr", "--out", str(out), "--format",
                       "ctranslate2"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "is not a langshare export: pass a new --out" in err
+    assert err.count("\n") == 0 and "is not a langshare export (it holds notes.txt): pass a new --out" in err
     assert (out / "notes.txt").read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
 
 

@@ -71,6 +71,12 @@ def _running(pid: int) -> bool:
     return True
 
 
+def _shown(paths) -> str:
+    """The first five names of ``paths``, sorted (directories with a trailing /), and how many more."""
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in paths)
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 def _export_files(manifest: Dict) -> List[str]:
     files = manifest.get("files")
     if isinstance(files, list) and all(isinstance(name, str) for name in files):
@@ -101,19 +107,19 @@ class OutDir:
             return
         manifest_path = out / MANIFEST
         if not manifest_path.is_file():
-            raise self.error(f"{self.given} exists and is not a langshare export: pass a new --out directory "
-                             "(nothing was written)")
+            raise self.error(f"{self.given} exists and is not a langshare export (it holds {_shown(out.iterdir())}): "
+                             "pass a new --out directory (nothing was written)")
         try:
             with open(manifest_path, encoding="utf-8") as f:
                 manifest = json.load(f)
         except ValueError:
             manifest = {}
         ours = set(_export_files(manifest if isinstance(manifest, dict) else {}))
-        foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if p.name not in ours or p.is_dir())
+        foreign = [p for p in out.iterdir() if p.name not in ours or p.is_dir()]
         if foreign:
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise self.error(f"{self.given} is an earlier export that also holds files langshare export did not write "
-                             f"({shown}): move them out of it or pass a new --out directory (nothing was written)")
+                             f"({_shown(foreign)}): move them out of it or pass a new --out directory (nothing was "
+                             "written)")
         written = manifest.get("sha256") if isinstance(manifest, dict) else None
         changed = [name for name, digest in sorted((written or {}).items())
                    if (out / name).is_file() and sha256(out / name) != digest]
