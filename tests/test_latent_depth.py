@@ -713,6 +713,17 @@ def test_analysis_cli_writes_utilisation_and_its_history(trained, tmp_path, caps
     assert main(["analyze", "latent-depth", str(trained["checkpoint"]), "--log", str(tmp_path / "none.log"),
                  "--out", str(out)]) == 2
     assert "no training log" in capsys.readouterr().err
+    # a file that is no latent depth log: refused before anything is written (was: the figure of the
+    # analysis already in --out replaced, its JSON kept; a fresh --out left holding one figure)
+    other = tmp_path / "other.log"
+    other.write_text("| epoch 001 | loss 5.2\n")
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
+    for target in (out, tmp_path / "fresh"):
+        assert main(["analyze", "latent-depth", str(trained["checkpoint"]), "--log", str(other),
+                     "--out", str(target)]) == 2
+        assert "no stat_dec_u_* values in" in capsys.readouterr().err
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == before
+    assert not (tmp_path / "fresh").exists()
 
 
 def test_a_24_layer_decoder_trains_without_nan(corpus, tmp_path):

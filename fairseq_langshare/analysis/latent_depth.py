@@ -155,18 +155,21 @@ def analyze(checkpoint, out_dir, logs: Sequence = (), verbose: bool = True) -> D
         if not Path(log).is_file():
             raise FileNotFoundError(f"no training log {log}: pass the file fairseq-train wrote with --log-file")
     stacks = utilisation_from_state(checkpoint_utils.load_checkpoint_to_cpu(str(path)), source=str(path))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    result = {"checkpoint": str(path), "stacks": stacks, "figures": []}
-    for stack, stats in stacks.items():
-        result["figures"].append(str(plot_utilisation(stats, stack, out / f"latent_depth_{stack}.png")))
+    for stack, stats in stacks.items():  # read before anything is written: a wrong --log leaves --out as it was
         if logs:
             history = utilisation_from_logs(logs, stack)
             if not history["updates"]:
                 raise ValueError(f"no stat_{STACKS[stack]}_u_* values in {', '.join(map(str, logs))}: pass the log of a "
                                  "latent_depth_transformer run (fairseq-train --log-format json or simple)")
             stats["training"] = history
-            result["figures"].append(str(plot_training(history, stack, out / f"latent_depth_{stack}_training.png")))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {"checkpoint": str(path), "stacks": stacks, "figures": []}
+    for stack, stats in stacks.items():
+        result["figures"].append(str(plot_utilisation(stats, stack, out / f"latent_depth_{stack}.png")))
+        if "training" in stats:
+            result["figures"].append(str(plot_training(stats["training"], stack,
+                                                       out / f"latent_depth_{stack}_training.png")))
     json_path = out / "latent_depth.json"
     write_json_atomic(json_path, result)
     result["json"] = str(json_path)
