@@ -1,5 +1,7 @@
 """clsr_transformer: gates, noise schedule, budget, variants, per-sentence routing."""
 
+import json
+
 import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
@@ -321,3 +323,37 @@ def test_dedicated_chooses_among_the_bottom_and_top_layers_as_the_paper():
     assert dedicated_flags(scores, rule="any-depth") == flags + "enc1.ffn,enc2.self_attn,enc3.self_attn,dec2.ffn,dec3.cross_attn"
     with pytest.raises(ValueError, match="top-bottom or any-depth"):
         dedicated_flags(scores, rule="middle")
+
+
+def test_lsscore_refuses_bad_inputs_in_one_line(tmp_path, capsys):
+    """Was: a traceback (a directory), or raw errors with no fix: `[Errno 2] ...`, `'utf-8' codec can't
+    decode ...` (a checkpoint), `budget` (another analysis' JSON); and any JSON taken as --manifest."""
+    from fairseq_langshare.cli import main
+
+    names = ["enc1.ffn", "dec1.ffn"]
+    gates = []
+    for p in (0.1, 0.5):
+        run = tmp_path / f"gates_p{p}"
+        run.mkdir()
+        (run / "gates.json").write_text(json.dumps({"budget": p, "sublayers": names,
+                                                    "mean_gate": {n: p for n in names},
+                                                    "mean_gate_per_language": {n: {"fr": p} for n in names}}))
+        gates.append(run / "gates.json")
+    (tmp_path / "model.pt").write_bytes(b"PK\x03\x04\x80\x02binary")
+    (tmp_path / "latent_depth.json").write_text('{"checkpoint": "x.pt", "stacks": {}}')
+    out = tmp_path / "out"
+    cases = [([gates[0].parent, gates[1]], f"{gates[0].parent} is a directory: pass the gates.json in it"),
+             ([tmp_path / "nope.json", gates[1]], "no gates file"),
+             ([tmp_path / "model.pt", gates[1]], "is not valid JSON"),
+             ([tmp_path / "latent_depth.json", gates[1]], "is not a gates.json of `langshare analyze clsr` (no 'budget')")]
+    for runs, said in cases:
+        assert main(["analyze", "clsr-lsscore", *map(str, runs), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and "\n" not in err, err
+    for manifest, said in ((tmp_path / "nope.json", "no corpus manifest"),
+                           (tmp_path / "latent_depth.json", "neither train_pairs_per_language nor languages")):
+        assert main(["analyze", "clsr-lsscore", *map(str, gates), "--manifest", str(manifest), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and "\n" not in err, err
+    assert not out.exists()
+    assert main(["analyze", "clsr-lsscore", *map(str, gates), "--out", str(out)]) == 0

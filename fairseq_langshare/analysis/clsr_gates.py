@@ -12,7 +12,6 @@ sub-layers with LSScore > 0, Tables 4-5; ``--dedicated-rule any-depth``: every s
 LSScore > 0) as the exact flags that train it.
 """
 
-import json
 import os
 import re
 from collections import defaultdict
@@ -159,18 +158,45 @@ def _run_gates(args):
     return 0
 
 
+GATES_KEYS = ("budget", "sublayers", "mean_gate", "mean_gate_per_language")
+
+
+def _read_gates(path: str) -> Dict:
+    """A ``gates.json`` of ``langshare analyze clsr``, or a one-line ValueError saying what to pass."""
+    from ..evaluation import _read_json
+
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a directory: pass the gates.json in it ({os.path.join(path, 'gates.json')})")
+    if not os.path.isfile(path):
+        raise ValueError(f"no gates file {path}: pass the gates.json `langshare analyze clsr CHECKPOINT --out DIR` wrote")
+    run = _read_json(path, "gates file")
+    missing = [key for key in GATES_KEYS if not isinstance(run, dict) or key not in run]
+    if missing:
+        raise ValueError(f"{path} is not a gates.json of `langshare analyze clsr` (no {missing[0]!r}): pass the "
+                         "gates.json of each budget's CLSR run")
+    return run
+
+
+def _language_order(path: str) -> List[str]:
+    """The corpus's languages by training size, largest first (a manifest without sizes: its own order)."""
+    from ..evaluation import _read_json
+
+    if not os.path.isfile(path):
+        raise ValueError(f"no corpus manifest {path}: pass the manifest.json of the corpus the runs trained on")
+    manifest = _read_json(path, "corpus manifest")
+    sizes = manifest.get("train_pairs_per_language") if isinstance(manifest, dict) else None
+    if sizes:
+        return sorted(sizes, key=sizes.get, reverse=True)
+    if isinstance(manifest, dict) and manifest.get("languages"):
+        return list(manifest["languages"])
+    raise ValueError(f"{path} has neither train_pairs_per_language nor languages: pass the manifest.json of the "
+                     "corpus the runs trained on")
+
+
 def _run_lsscore(args):
-    runs = []
-    for path in args.runs:
-        with open(path, encoding="utf-8") as f:
-            runs.append(json.load(f))
+    runs = [_read_gates(path) for path in args.runs]
     scores = lsscore(runs)
-    order = []
-    if args.manifest:  # by training size, largest first (a manifest without sizes: its own order)
-        with open(args.manifest, encoding="utf-8") as f:
-            manifest = json.load(f)
-        sizes = manifest.get("train_pairs_per_language")
-        order = sorted(sizes, key=sizes.get, reverse=True) if sizes else manifest.get("languages", [])
+    order = _language_order(args.manifest) if args.manifest else []
     os.makedirs(args.out, exist_ok=True)
     dedicated = dedicated_flags(scores, args.dedicated_rule)
     write_json_atomic(os.path.join(args.out, "lsscore.json"),
