@@ -733,3 +733,18 @@ def test_a_24_layer_decoder_trains_without_nan(corpus, tmp_path):
     assert len(losses) == 30 and all(math.isfinite(v) for v in losses.values())
     assert sum(losses[n] for n in range(26, 31)) < sum(losses[n] for n in range(1, 6))
     assert math.isfinite(logged(records, "stat_dec_u_24")[30]) and math.isfinite(logged(records, "gnorm")[30])
+
+
+@pytest.mark.parametrize("analysis", ["latent-depth", "adaptive-sparse", "lsl", "clsr", "lsl-similarity"])
+def test_every_analysis_names_a_checkpoint_that_is_a_directory(tmp_path, capsys, analysis):
+    """Was: "no checkpoint runs/x: pass the .pt file" (latent-depth, adaptive-sparse, lsl) for a directory
+    that exists; "--path runs/x ..." (clsr, lsl-similarity), a flag `analyze` does not have."""
+    from fairseq_langshare.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoint_best.pt").write_bytes(b"")
+    assert main(["analyze", analysis, str(run), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(f"checkpoint {run} is a directory; pass a checkpoint file, e.g. {run}/checkpoint_best.pt"), err
+    assert not (tmp_path / "out").exists()

@@ -9,6 +9,7 @@ one entry point.
 import functools
 
 from ..atomic_files import check_directory_writable
+from ..checkpoint_safety import require_checkpoint
 from ..command_line import required_subcommands
 from . import adaptive_sparse, clsr_gates, latent_depth, lsl_similarity, lsl_weights
 
@@ -16,9 +17,13 @@ ANALYSES = (adaptive_sparse, clsr_gates, latent_depth, lsl_weights, lsl_similari
 
 
 def _out_checked(run):
-    """``run(args)`` after refusing an ``--out`` that is no directory it can write, before any analysis."""
+    """``run(args)`` after refusing a checkpoint that is missing or a directory and an ``--out`` that is
+    no directory it can write, before any analysis."""
     @functools.wraps(run)
     def checked(args):
+        for path in getattr(args, "checkpoints", None) or [getattr(args, "checkpoint", None)]:
+            if path is not None:
+                require_checkpoint(path, "checkpoint")
         check_directory_writable(args.out, "--out", "the analysis writes several files into it")
         return run(args)
     return checked
