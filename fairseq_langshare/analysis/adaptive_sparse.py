@@ -26,6 +26,7 @@ from ..modules.scaled_logits import scaled_from_state
 from .figures import new_figure
 from .saved_config import config_value, trained_codes
 from ..atomic_files import save_figure_atomic, write_json_atomic
+from ..checkpoint_safety import require_checkpoint
 
 __all__ = ["scores_from_state", "sampled_agreement", "selection_summary", "sampled_vs_inference_nll", "pca_2d",
            "plot_pca", "analyze", "add_analysis"]
@@ -178,8 +179,7 @@ def analyze(checkpoint, out_dir, families_file=None, level: str = "family", verb
     from fairseq import checkpoint_utils
 
     path = Path(checkpoint)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint {path}: pass the .pt file fairseq-train wrote")
+    require_checkpoint(path, "checkpoint")
     stacks = scores_from_state(checkpoint_utils.load_checkpoint_to_cpu(str(path)), source=str(path))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ import torch
 from ..languages import decode_inventory
 from ..modules.latent_layers import alpha_from_state, keep_from_state, resolve_keep_rule, undecided_share
 from ..atomic_files import save_figure_atomic, write_json_atomic
+from ..checkpoint_safety import require_checkpoint
 from .figures import new_figure
 from .saved_config import config_value, trained_codes
 
@@ -149,8 +150,7 @@ def analyze(checkpoint, out_dir, logs: Sequence = (), verbose: bool = True) -> D
     from fairseq import checkpoint_utils
 
     path = Path(checkpoint)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint {path}: pass the .pt file fairseq-train wrote")
+    require_checkpoint(path, "checkpoint")
     for log in logs:
         if not Path(log).is_file():
             raise FileNotFoundError(f"no training log {log}: pass the file fairseq-train wrote with --log-file")

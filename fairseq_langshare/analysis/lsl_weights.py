@@ -16,6 +16,7 @@ import torch
 
 from ..modules.language_specific_layer import MIX_KINDS, format_layer_spec
 from ..atomic_files import save_figure_atomic, write_json_atomic
+from ..checkpoint_safety import require_checkpoint
 from .figures import new_figure
 
 __all__ = ["read_mixing_weights", "mixing_weights_from_state_dict", "select_architecture",
@@ -44,8 +45,7 @@ def _load(checkpoint):
     from fairseq import checkpoint_utils
 
     path = Path(checkpoint)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint {path}: pass the .pt file fairseq-train wrote")
+    require_checkpoint(path, "checkpoint")
     return checkpoint_utils.load_checkpoint_to_cpu(str(path))
 
 

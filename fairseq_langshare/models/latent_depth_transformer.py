@@ -21,7 +21,6 @@ from typing import Dict, FrozenSet, List, Optional
 
 import torch
 from fairseq.dataclass import ChoiceEnum
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture
@@ -29,7 +28,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
-from ..modules.activation_checkpointing import checkpoint
+from ..modules.activation_checkpointing import checkpoint, wrap_like_fairseq
 from ..languages import decode_inventory
 from ..modules.latent_layers import (DECISIVE, KEEP_RULES, PRIORS, RUN, SKIP, LayerSelector, alpha_from_state,
                                      keep_from_state, resolve_keep_rule, undecided_share)
@@ -214,13 +213,6 @@ def make_selector(cfg, stack: str) -> Optional[LayerSelector]:
         logit_lr_scale=cfg.latent_logit_lr_scale, trained_languages=cfg.latent_trained_languages.get(side))
 
 
-def _wrap_like_fairseq(layer, cfg):
-    """What fairseq's build_*_layer does after building a layer (FSDP). Activation checkpointing
-    happens inside the layer (``LatentLayerMixin._with_z``): fairseq's re-entrant checkpoint would not
-    carry z's gradient back to the selection logits."""
-    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
-
-
 class LatentLayerMixin:
     """Layer l of a latent stack: z_l scales every sub-layer's output before the residual add
     (Eq. 2); at inference the layer runs (z = 1) or is skipped. In a batch whose languages
@@ -349,7 +341,8 @@ class LatentEncoder(LanguageAwareEncoder):
         if selector is None:
             return super().build_encoder_layer(cfg)
         count[0] += 1
-        return _wrap_like_fairseq(LatentEncoderLayer(cfg, selector, count[0] - 1, return_fc=self.return_fc), cfg)
+        layer = LatentEncoderLayer(cfg, selector, count[0] - 1, return_fc=self.return_fc)
+        return wrap_like_fairseq(layer, cfg, checkpoints_itself=True)  # around z: LatentLayerMixin._with_z
 
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None,
                 src_lang_id=None, tgt_lang_id=None):
@@ -373,7 +366,8 @@ class LatentDecoder(LanguageAwareDecoder):
         if selector is None:
             return super().build_decoder_layer(cfg, no_encoder_attn)
         count[0] += 1
-        return _wrap_like_fairseq(LatentDecoderLayer(cfg, selector, count[0] - 1, no_encoder_attn), cfg)
+        layer = LatentDecoderLayer(cfg, selector, count[0] - 1, no_encoder_attn)
+        return wrap_like_fairseq(layer, cfg, checkpoints_itself=True)
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
                          full_context_alignment=False, alignment_layer=None, alignment_heads=None):

@@ -106,14 +106,16 @@ def checkpointed(layer: nn.Module, offload: bool = False) -> nn.Module:
     return layer
 
 
-def wrap_like_fairseq(layer: nn.Module, cfg) -> nn.Module:
+def wrap_like_fairseq(layer: nn.Module, cfg, checkpoints_itself: bool = False) -> nn.Module:
     """What fairseq's ``build_*_layer`` does to the layer it builds, for a layer a method builds
     itself: checkpointed under ``--checkpoint-activations`` (which fairseq's model sets for
-    ``--offload-activations``), then FSDP-wrapped (always, when checkpointed)."""
+    ``--offload-activations``), then FSDP-wrapped (always, when checkpointed). ``checkpoints_itself``:
+    a layer that runs its own call through ``checkpoint`` (latent depth's, around its scale ``z``)
+    gets only the FSDP wrap."""
     from fairseq.distributed import fsdp_wrap
 
     checkpointing = bool(getattr(cfg, "checkpoint_activations", False))
-    if checkpointing:
+    if checkpointing and not checkpoints_itself:
         layer = checkpointed(layer, bool(getattr(cfg, "offload_activations", False)))
     return fsdp_wrap(layer, min_num_params=0 if checkpointing else cfg.min_params_to_wrap)
 

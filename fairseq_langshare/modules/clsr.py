@@ -204,11 +204,11 @@ class ClsrUnit(nn.Module, ScheduledModule):
     def _set_gates(self, z: Tensor, gates: Tensor) -> None:
         call = self._call
         call["gates"] = gates
+        if recomputing():  # the budget (Eq. 6) was taken from the forward call's gates
+            return
         # kept for the budget (summed only if it asks): the raw mask may be all False (masking with
         # it is exact), which costs no device sync on the decoding path
         mask = self.languages.raw_padding_mask(z.size(0))
-        if recomputing():  # the budget (Eq. 6) was taken from the forward call's gates
-            return
         call["last"] = (gates, mask)
         if self.collect is not None:
             self.collect(self.name, gates.detach().squeeze(-1), self.languages.get(self.side),
