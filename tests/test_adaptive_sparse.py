@@ -566,7 +566,15 @@ def test_analysis_cli_writes_scores_selection_and_pca(trained, tmp_path, capsys)
     assert set(selection) == {"kept_score", "other_score", "median_gap", "agreement"}
     assert selection["kept_score"] >= selection["other_score"] and 0 <= selection["agreement"] <= 1
     assert (tmp_path / "out" / "adaptive_sparse_tgt.png").stat().st_size > 0
-    assert "xx" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    # the printout numbers layers, heads and blocks from 1, as the other analyses and the papers do
+    # (the JSON keeps 0-based indices)
+    yy = next(line for line in printed.splitlines() if line.strip().startswith("yy "))
+    layers = dec["selected"]["yy"]["layers"]
+    assert f"layers {','.join(str(i + 1) for i in layers)}" in yy, yy
+    heads = dec["selected"]["yy"]["heads"]
+    assert f"heads L1 {{{','.join(str(h + 1) for h in heads[0])}}}" in yy, yy
+    assert "1-based" in printed
 
 
 @pytest.mark.parametrize("flags,message", [

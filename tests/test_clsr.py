@@ -218,6 +218,11 @@ def test_lsscore_is_eq7_and_dedicated_takes_positive_sublayers():
     assert dedicated_flags(s) == "--arch clsr_transformer --clsr-variant dedicated --clsr-dedicated enc1.self_attn,dec1.ffn"
     with pytest.raises(ValueError, match="one run per budget"):
         lsscore([runs[0], runs[0]])
+    # the flags name the architecture the runs trained (a gates.json from before it was recorded: the base)
+    small = [{**run, "arch": "clsr_transformer_small"} for run in runs]
+    assert dedicated_flags(lsscore(small)).startswith("--arch clsr_transformer_small --clsr-variant dedicated ")
+    with pytest.raises(ValueError, match=r"^runs of different architectures \(clsr_transformer_small, clsr_transformer_tiny\)"):
+        lsscore([small[0], {**runs[1], "arch": "clsr_transformer_tiny"}])
 
 
 def test_effective_parameters_leave_out_other_languages_projections(clsr):

@@ -46,6 +46,7 @@ def test_gate_analysis_lsscore_and_dedicated(corpus, budget_runs, tmp_path):
         assert main(["analyze", "clsr", str(save / "checkpoint_last.pt"), "--data", str(corpus["bin"]), "--out", str(out)]) == 0
         stats = json.loads((out / "gates.json").read_text())
         assert stats["budget"] == p and set(stats["mean_gate_per_language"]["dec1.ffn"]) == {"xx", "yy"}
+        assert stats["arch"] == "clsr_transformer_tiny"
         assert abs(stats["open_rate"] - p) < 0.3  # inference gates follow the training budget
         gate_files.append(str(out / "gates.json"))
     out = tmp_path / "lsscore"
@@ -53,8 +54,9 @@ def test_gate_analysis_lsscore_and_dedicated(corpus, budget_runs, tmp_path):
     scores = json.loads((out / "lsscore.json").read_text())
     assert (out / "lsscore.png").stat().st_size > 0 and (out / "lsscore_heatmap.png").stat().st_size > 0
     flags = scores["dedicated"]
-    if flags.startswith("--arch"):  # the derived architecture trains as printed
+    if flags.startswith("--arch"):  # the derived architecture, that of the runs, trains as printed
         spec = flags.split()
+        assert spec[1] == "clsr_transformer_tiny", flags
         train(task_args(corpus) + clsr_args(tmp_path / "dedicated", 0.3, 3, 3, *spec[2:]))
         assert (tmp_path / "dedicated" / "checkpoint_last.pt").exists()
 

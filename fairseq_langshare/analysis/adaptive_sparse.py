@@ -195,14 +195,30 @@ def analyze(checkpoint, out_dir, families_file=None, level: str = "family", verb
     write_json_atomic(json_path, result)
     result["json"] = str(json_path)
     if verbose:
+        print("kept at inference (1-based; adaptive_sparse.json holds the 0-based indices):")
         for stack, stats in stacks.items():
             print(f"{stack} ({stats['side']} language):")
             for code in stats["languages"]:
-                sel = stats["selected"][code]
-                parts = [f"{k} {v}" for k, v in sel.items() if v is not None]
-                print(f"  {code:<8} {stats['families'][code]:<16} " + "; ".join(parts))
+                print(f"  {code:<8} {stats['families'][code]:<16} " + readable_selection(stats["selected"][code]))
         print(f"wrote {json_path} and {len(result['figures'])} figure(s) in {out}")
     return result
+
+
+def readable_selection(selected: Dict[str, List]) -> str:
+    """``selected_components``' 0-based indices as the papers number them: ``layers 1,3; heads L1 {2,4}
+    L2 {1,3}; blocks L1 {...} ...`` (a category without sparsity is left out)."""
+    def numbers(indices):
+        return ",".join(str(i + 1) for i in indices)
+
+    parts = []
+    for category, chosen in selected.items():
+        if chosen is None:
+            continue
+        if category == "layers":
+            parts.append(f"layers {numbers(chosen)}")
+        else:  # one list per layer
+            parts.append(f"{category} " + " ".join(f"L{layer + 1} {{{numbers(row)}}}" for layer, row in enumerate(chosen)))
+    return "; ".join(parts)
 
 
 def _run(args) -> int:

@@ -26,6 +26,7 @@ from ..option_ranges import Range
 
 KINDS = ("enc.self_attn", "enc.ffn", "dec.self_attn", "dec.cross_attn", "dec.ffn")
 DEDICATED_RULES = ("top-bottom", "any-depth")
+DEFAULT_ARCH = "clsr_transformer"
 _NAME = re.compile(r"^(enc|dec)(\d+)\.(\w+)$")
 
 
@@ -72,9 +73,16 @@ def gate_statistics(checkpoint: str, data: Optional[str] = None, split: str = "v
     names = sorted(sums, key=_sort_key)
     mean_gate = {n: {langs[l]: sums[n][l] / counts[n][l] for l in sorted(sums[n]) if counts[n][l]} for n in names}
     overall = {n: sum(sums[n].values()) / max(sum(counts[n].values()), 1) for n in names}
-    return {"checkpoint": os.path.abspath(checkpoint), "split": split, "budget": float(model.cfg.clsr_budget),
+    return {"checkpoint": os.path.abspath(checkpoint), "arch": _arch(cfg), "split": split,
+            "budget": float(model.cfg.clsr_budget),
             "variant": str(model.cfg.clsr_variant), "sublayers": names, "mean_gate": overall,
             "mean_gate_per_language": mean_gate, "open_rate": sum(overall.values()) / max(len(overall), 1)}
+
+
+def _arch(cfg) -> str:
+    """The --arch a checkpoint was trained with (fairseq keeps it as the model config's name)."""
+    model_cfg = cfg.model
+    return str(getattr(model_cfg, "_name", None) or getattr(model_cfg, "arch", None) or DEFAULT_ARCH)
 
 
 def lsscore(runs: Sequence[Dict]) -> Dict:
@@ -83,6 +91,10 @@ def lsscore(runs: Sequence[Dict]) -> Dict:
     if len(set(budgets)) != len(budgets):
         raise ValueError(f"LSScore needs one run per budget p, got budgets {budgets}")
     names = runs[0]["sublayers"]
+    archs = sorted({r["arch"] for r in runs if "arch" in r})
+    if len(archs) > 1:
+        raise ValueError(f"runs of different architectures ({', '.join(archs)}): LSScore compares budgets of one "
+                         "architecture; pass the gates.json of runs with the same --arch")
     for r in runs[1:]:
         if r["sublayers"] != names:
             raise ValueError("runs have different CLSR sub-layers: compare checkpoints of the same architecture")
@@ -90,13 +102,15 @@ def lsscore(runs: Sequence[Dict]) -> Dict:
     langs = sorted(set.intersection(*(set(r["mean_gate_per_language"][names[0]]) for r in runs)))
     per_lang = {n: {l: sum(r["mean_gate_per_language"][n][l] - r["budget"] for r in runs) / len(runs) for l in langs}
                 for n in names}
-    return {"budgets": budgets, "sublayers": names, "lsscore": score, "lsscore_per_language": per_lang}
+    return {"budgets": budgets, "arch": runs[0].get("arch", DEFAULT_ARCH), "sublayers": names, "lsscore": score,
+            "lsscore_per_language": per_lang}
 
 
 def dedicated_flags(scores: Dict, rule: str = "top-bottom") -> str:
     """The Dedicated model: LS projections fixed on the sub-layers with LSScore > 0 among the
     candidates of ``rule``: ``top-bottom`` (the paper, Tables 4-5) the sub-layers of the bottom
-    and top layer of each stack; ``any-depth`` every sub-layer."""
+    and top layer of each stack; ``any-depth`` every sub-layer. The flags name the runs' --arch
+    (``clsr_transformer`` for a gates.json written before it was recorded)."""
     if rule not in DEDICATED_RULES:
         raise ValueError(f"Dedicated rule {rule!r}: use top-bottom or any-depth")
     place = {n: (stack, int(layer)) for n in scores["sublayers"] for stack, layer, _ in [_NAME.match(n).groups()]}
@@ -106,7 +120,7 @@ def dedicated_flags(scores: Dict, rule: str = "top-bottom") -> str:
     if not chosen:
         return (f"# no {'' if rule == 'any-depth' else 'bottom or top layer '}sub-layer has LSScore > 0: "
                 "the shared model (--clsr-variant shared) is the dedicated one")
-    return f"--arch clsr_transformer --clsr-variant dedicated --clsr-dedicated {','.join(chosen)}"
+    return f"--arch {scores.get('arch', DEFAULT_ARCH)} --clsr-variant dedicated --clsr-dedicated {','.join(chosen)}"
 
 
 def plot_lsscore(scores: Dict, path: str) -> None:
