@@ -705,6 +705,8 @@ def test_analysis_cli_writes_utilisation_and_its_history(trained, tmp_path, caps
     dec = result["stacks"]["decoder"]
     assert dec["languages"] == ["xx", "yy"] and len(dec["probabilities"]["xx"]) == 4
     assert dec["kept_depth"] == {"xx": 2, "yy": 2}
+    # training committed at update 100 with the top-2 rule: the JSON says which rule decided
+    assert (dec["rule"], dec["commit_rule"], dec["top_k"], dec["threshold"]) == ("committed", "top-k", 2, None)
     assert dec["training"]["updates"] == list(range(1, 151)) and len(dec["training"]["utilisation"][0]) == 4
     assert (out / "latent_depth_decoder.png").stat().st_size > 0
     assert (out / "latent_depth_decoder_training.png").stat().st_size > 0
@@ -724,6 +726,51 @@ def test_analysis_cli_writes_utilisation_and_its_history(trained, tmp_path, caps
         assert "no stat_dec_u_* values in" in capsys.readouterr().err
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == before
     assert not (tmp_path / "fresh").exists()
+
+
+@pytest.mark.parametrize("rule,commit_rule", [("committed", "top-k"), ("committed", "threshold"), ("top-k", None)])
+def test_utilisation_figure_shows_its_whole_title(tmp_path, monkeypatch, rule, commit_rule):
+    """Was: the title of a 4-layer stack's heatmap ran past both edges of the figure."""
+    from fairseq_langshare.analysis import latent_depth
+
+    figures = []
+    monkeypatch.setattr(latent_depth, "save_figure_atomic", lambda fig, path: figures.append(fig) or path)
+    decide = commit_rule or rule
+    stats = {"languages": ["xx", "yy"], "layers": 4, "side": "tgt", "rule": rule, "commit_rule": commit_rule,
+             "threshold": 0.5 if decide == "threshold" else None, "top_k": 2 if decide == "top-k" else None,
+             "probabilities": {"xx": [0.9, 0.8, 0.1, 0.2], "yy": [0.1, 0.9, 0.9, 0.3]},
+             "kept_layers": {"xx": [1, 2], "yy": [2, 3]}}
+    latent_depth.plot_utilisation(stats, "decoder", tmp_path / "x.png")
+    fig = figures[0]
+    renderer = fig.canvas.get_renderer()
+    title, box = fig.axes[0].title, fig.bbox
+    extent = title.get_window_extent(renderer)
+    assert box.x0 <= extent.x0 and extent.x1 <= box.x1 and extent.y1 <= box.y1, (title.get_text(), extent, box)
+    assert ("top 2" if decide == "top-k" else "q >= 0.5") in title.get_text()
+    assert ("committed in training" in title.get_text()) == (rule == "committed")
+
+
+def test_analysis_refuses_the_log_of_another_run(trained, tmp_path, capsys):
+    """Was: a --log of another latent depth run was drawn as this checkpoint's training history."""
+    from fairseq_langshare.cli import main
+
+    text = trained["log"].read_text()
+    save_dir = str(trained["dir"])
+    assert f"'save_dir': '{save_dir}'" in text  # fairseq logs its config, with --save-dir, at every start
+    other_run = tmp_path / "other_run.log"
+    other_run.write_text(text.replace(f"'save_dir': '{save_dir}'", "'save_dir': 'runs/other'"))
+    fewer_layers = tmp_path / "fewer_layers.log"  # no config line: only the layer count can tell
+    fewer_layers.write_text("".join(json.dumps({"num_updates": str(n), "stat_dec_u_1": "0.5", "stat_dec_u_2": "0.5"})
+                                    + "\n" for n in range(1, 4)))
+    for log, message in ((other_run, f"--log {other_run} is the log of a run saving to 'runs/other', and "
+                                     f"{trained['checkpoint']} was saved by the run saving to '{save_dir}': pass the "
+                                     "--log-file of the run that wrote the checkpoint"),
+                         (fewer_layers, f"--log {fewer_layers} logs 2 decoder layers, and {trained['checkpoint']} "
+                                        "has 4: pass the --log-file of the run that wrote the checkpoint")):
+        assert main(["analyze", "latent-depth", str(trained["checkpoint"]), "--log", str(log),
+                     "--out", str(tmp_path / "out")]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"langshare analyze: error: {message}"]
+        assert not (tmp_path / "out").exists()
 
 
 def test_a_24_layer_decoder_trains_without_nan(corpus, tmp_path):

@@ -36,7 +36,9 @@ _SIMPLE = re.compile(r"([A-Za-z_][\w]*)=([-+0-9.eE]+|nan|inf)")
 
 def utilisation_from_state(state, source: str = "the checkpoint") -> Dict:
     """Per latent stack: languages (those trained on the stack's side), q(z_l = 1) per language
-    and layer, kept layers (1-based) under the model's inference rule, expected/kept depths."""
+    and layer, kept layers (1-based) under the model's inference rule, expected/kept depths. ``rule``
+    is ``committed`` for a stack training committed, and ``commit_rule`` the rule the commit applied
+    (``threshold``/``top_k``: that rule's parameter)."""
     weights = state["model"]
     cfg = state.get("cfg") or {}
     model_cfg, task_cfg = config_value(cfg, "model"), config_value(cfg, "task")
@@ -52,16 +54,17 @@ def utilisation_from_state(state, source: str = "the checkpoint") -> Dict:
         side = str(config_value(model_cfg, f"latent_{stack}_lang", "src" if stack == "encoder" else "tgt"))
         depth = int(config_value(model_cfg, f"latent_{stack}_target_depth", 0))
         committed = bool(weights.get(prefix + "committed", False))
-        rule = "committed" if committed else resolve_keep_rule(saved_rule, depth)
-        top_k = depth if rule == "top-k" else 0
+        decide = resolve_keep_rule(saved_rule, depth)  # the inference rule, which a commit also applied
+        rule = "committed" if committed else decide
         probs = torch.sigmoid(logits)
         keep = keep_from_state(weights, prefix, saved_rule, threshold, depth)
         codes = trained_codes(task_cfg, langs, side)
         rows = [langs.index(c) for c in codes]
         stacks[stack] = {
             "side": side, "languages": codes, "layers": int(logits.size(1)), "rule": rule,
+            "commit_rule": decide if committed else None,
             "undecided_share": undecided_share(logits[rows]),
-            "threshold": threshold if rule == "threshold" else None, "top_k": top_k or None,
+            "threshold": threshold if decide == "threshold" else None, "top_k": depth if decide == "top-k" else None,
             "probabilities": {c: [round(v, 6) for v in probs[r].tolist()] for c, r in zip(codes, rows)},
             "kept_layers": {c: [l + 1 for l in keep[r].nonzero().flatten().tolist()] for c, r in zip(codes, rows)},
             "expected_depth": {c: float(probs[r].sum()) for c, r in zip(codes, rows)},
@@ -108,6 +111,34 @@ def utilisation_from_logs(paths: Sequence, stack: str) -> Dict:
     return {"updates": updates, "utilisation": [by_update[u] for u in updates]}
 
 
+_SAVE_DIR = re.compile(r"'save_dir': '((?:[^'\\]|\\.)*)'")
+
+
+def logged_save_dirs(path) -> List[str]:
+    """The --save-dir of every fairseq-train start logged in ``path`` (fairseq logs its whole config
+    when it starts, in --log-file and on the console: ``{'_name': None, 'common': ..., 'checkpoint':
+    {..., 'save_dir': ...}}``)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return [m.group(1) for line in f if "{'_name'" in line for m in [_SAVE_DIR.search(line)] if m]
+
+
+def check_logs_match(logs: Sequence, state, stacks: Dict, source: str) -> None:
+    """A one-line ValueError when a --log is not of the run that wrote the checkpoint: it started
+    with another --save-dir, or it logs another number of latent layers."""
+    save_dir = config_value(config_value(state.get("cfg") or {}, "checkpoint"), "save_dir")
+    for log in logs:
+        other = sorted({d for d in logged_save_dirs(log) if save_dir is not None and d != str(save_dir)})
+        if other:
+            raise ValueError(f"--log {log} is the log of a run saving to {other[0]!r}, and {source} was saved by the "
+                             f"run saving to {str(save_dir)!r}: pass the --log-file of the run that wrote the checkpoint")
+    for stack, stats in stacks.items():
+        counts = {len(u) for u in stats["training"]["utilisation"]}
+        if counts != {stats["layers"]}:
+            raise ValueError(f"--log {', '.join(map(str, logs))} logs {'/'.join(map(str, sorted(counts)))} {stack} "
+                             f"layers, and {source} has {stats['layers']}: pass the --log-file of the run that wrote "
+                             "the checkpoint")
+
+
 def plot_utilisation(stats: Dict, stack: str, path) -> Path:
     """Figures 5/9: q(z_l = 1) per language (rows) and layer (columns); kept layers are dotted."""
     codes, layers = stats["languages"], stats["layers"]
@@ -122,9 +153,11 @@ def plot_utilisation(stats: Dict, stack: str, path) -> Path:
     ax.set_yticks(range(len(codes)), codes, fontsize=7)
     ax.set_xlabel(f"{stack} layer")
     ax.set_ylabel(f"{stats['side']} language")
-    rule = {"threshold": f"q >= {stats['threshold']}", "top-k": f"top {stats['top_k']}",
-            "committed": "committed in training"}[stats["rule"]]
-    ax.set_title(f"layer selection probability ({stack}; dots: kept, {rule})", fontsize=9)
+    decide = stats.get("commit_rule") or stats["rule"]
+    rule = {"threshold": f"q >= {stats['threshold']}", "top-k": f"top {stats['top_k']}"}.get(decide, decide)
+    if stats["rule"] == "committed":
+        rule = f"committed in training, {rule}"
+    ax.set_title(f"layer selection probability ({stack})\ndots: kept ({rule})", fontsize=9)
     fig.colorbar(image, ax=ax, label="q(z_l = 1)")
     fig.tight_layout()
     return save_figure_atomic(fig, path)
@@ -154,7 +187,8 @@ def analyze(checkpoint, out_dir, logs: Sequence = (), verbose: bool = True) -> D
     for log in logs:
         if not Path(log).is_file():
             raise FileNotFoundError(f"no training log {log}: pass the file fairseq-train wrote with --log-file")
-    stacks = utilisation_from_state(checkpoint_utils.load_checkpoint_to_cpu(str(path)), source=str(path))
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    stacks = utilisation_from_state(state, source=str(path))
     for stack, stats in stacks.items():  # read before anything is written: a wrong --log leaves --out as it was
         if logs:
             history = utilisation_from_logs(logs, stack)
@@ -162,6 +196,8 @@ def analyze(checkpoint, out_dir, logs: Sequence = (), verbose: bool = True) -> D
                 raise ValueError(f"no stat_{STACKS[stack]}_u_* values in {', '.join(map(str, logs))}: pass the log of a "
                                  "latent_depth_transformer run (fairseq-train --log-format json or simple)")
             stats["training"] = history
+    if logs:
+        check_logs_match(logs, state, stacks, str(path))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result = {"checkpoint": str(path), "stacks": stacks, "figures": []}
