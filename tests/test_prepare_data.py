@@ -185,14 +185,14 @@ def test_every_input_form_gives_the_same_corpus(reference, tmp_path):
     assert corpus_files(tmp_path / "from-dir") == want
 
 
-def test_given_splits_zero_shot_direction_and_filters(tmp_path):
+def test_given_splits_zero_shot_direction_and_filters(tmp_path, capsys):
     train = rows("en", "xx", EN)
     noisy = [("  Hello \u200bworld\t", "Hallo Welt"), ("", "empty source"), ("a" * 30, "b"),  # ratio 30 > 9
-             ("long " * 250, "lang " * 250)] + [train[100]] * 3  # over 1000 characters; duplicates
+             ("long " * 250, "lang " * 250), ("", "")] + [train[100]] * 3  # over 1000 characters; blank; duplicates
     valid, test = rows("en", "xx", english(20, seed=5)), rows("en", "xx", english(25, seed=6))
     given = tmp_path / "given"
     write_sides(given, "train", "en-xx", train + noisy)
-    write_sides(given, "valid", "en-xx", valid)
+    write_sides(given, "valid", "en-xx", valid + [("", "a lonely target")])
     write_tsv(tmp_path / "test.en-xx.tsv", [("  spaced   out ", "x\u00a0y")] + test)
     write_tsv(tmp_path / "en-yy.tsv", rows("en", "yy", english(600, seed=7)))
     # a zero-shot direction: test only; its sentences must leave training
@@ -217,9 +217,17 @@ def test_given_splits_zero_shot_direction_and_filters(tmp_path):
     assert_no_heldout_in_training(str(out), ["en", "xx", "yy"])
     r = m["removed"]["en-xx"]
     assert r["empty"] == 1 and r["length_ratio"] == 1 and r["too_long"] == 1 and r["duplicate"] >= 3
+    # a pair with one empty side is counted apart from a blank line, and said: in a pair of plain
+    # files it is the usual sign that the two sides are out of step (was: counted in the manifest only)
+    assert r["one_side_empty"] == 1 and r["valid_one_side_empty"] == 1
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "one empty side" in line]
+    assert warnings == [f"warning: en-xx: 1 of the {n} {split} pairs read has one empty side and was dropped; in a "
+                        "pair of plain files (SPLIT.SRC-TGT.SRC + SPLIT.SRC-TGT.TGT) that often means the sides are out "
+                        "of step (line n of one is not the translation of line n of the other): check them"
+                        for n, split in ((N + len(noisy), "training"), (21, "valid"))]
     assert r["heldout_overlap"] >= 15  # the zero-shot test's xx sentences
     assert "Hello world" in lines(out / "raw/train.en-xx.en")  # control and zero-width characters removed
-    assert m["read"]["en-xx"] == {"valid": 20, "test": 26, "train": N + len(noisy)}
+    assert m["read"]["en-xx"] == {"valid": 21, "test": 26, "train": N + len(noisy)}
 
 
 def test_rerun_is_a_noop_changed_input_needs_force(tmp_path, capsys):

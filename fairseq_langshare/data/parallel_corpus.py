@@ -106,9 +106,11 @@ def _read_direction(job):
             for n, (a, b) in enumerate(_normalised(inp), 1):
                 if a and b:
                     rows.append((a, b))
+                elif a or b:
+                    out["removed"][f"{split}_one_side_empty"] = out["removed"].get(f"{split}_one_side_empty", 0) + 1
+                else:
+                    out["removed"][f"{split}_empty"] = out["removed"].get(f"{split}_empty", 0) + 1
             out["read"][split] = n
-            if n - len(rows):
-                out["removed"][f"{split}_empty"] = n - len(rows)
             out["given"][split] = rows
     if "train" in inputs:
         inp = inputs["train"]
@@ -121,7 +123,7 @@ def _read_direction(job):
             for n, (a, b) in enumerate(_normalised(inp), 1):
                 if not n % 10000:
                     bar.update(10000)
-                why = "empty" if not a or not b else lf.reason(a, b)
+                why = _empty_side(a, b) or lf.reason(a, b)
                 if why is not None:
                     out["removed"][why] = out["removed"].get(why, 0) + 1
                     continue
@@ -130,6 +132,26 @@ def _read_direction(job):
                 kept += 1
         out["read"]["train"], out["n_train"], out["picked"] = n, kept, picker.picked()
     return out
+
+
+def _empty_side(a, b):
+    """``empty`` for a blank pair, ``one_side_empty`` for a pair with one empty side, else None."""
+    if a and b:
+        return None
+    return "one_side_empty" if a or b else "empty"
+
+
+def _warn_one_side_empty(direction, removed, read):
+    """One line per split of ``direction`` in which pairs with one empty side were dropped."""
+    for split in ("train", "valid", "test"):
+        n = removed.get("one_side_empty" if split == "train" else f"{split}_one_side_empty", 0)
+        if n:
+            has = "has" if n == 1 else "have"
+            was = "was" if n == 1 else "were"
+            tqdm.write(f"warning: {direction}: {n} of the {read[split]} {'training' if split == 'train' else split} "
+                       f"pairs read {has} one empty side and {was} dropped; in a pair of plain files "
+                       "(SPLIT.SRC-TGT.SRC + SPLIT.SRC-TGT.TGT) that often means the sides are out of step (line n of "
+                       "one is not the translation of line n of the other): check them", file=sys.stderr)
 
 
 def _write_training(job):
@@ -200,7 +222,9 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
             if not counts["train"][d]:
                 raise InputError(f"direction {d} has no training pair left after cleaning ({removed[d]}) in "
                                  f"{by_direction[d]['train'].describe()}; check the file or the length flags")
-        for d in trained:  # warnings once no error can follow
+        for d in by_direction:  # warnings once no error can follow
+            _warn_one_side_empty(d, removed[d], read[d]["read"])
+        for d in trained:
             if not counts["valid"].get(d):
                 tqdm.write(f"warning: {d} has no valid set (fairseq-train needs one per trained direction); "
                            "pass --valid-size > 0 or a valid file", file=sys.stderr)
