@@ -476,6 +476,27 @@ def test_manifest_names_the_model_tokens_and_provenance(spm_corpus, baseline_exp
     assert len({p.stat().st_mode & 0o777 for p in hf.iterdir()}) == 1  # every file readable alike (umask)
 
 
+def test_the_export_check_loads_without_transformers_progress_bars(spm_corpus, baseline_export, tmp_path, monkeypatch):
+    """Was: transformers 5 drew a "Loading weights" bar in the middle of the export's output when the
+    export loaded what it wrote to check it. The user's setting is left as it was."""
+    from transformers import AutoModelForSeq2SeqLM
+    from transformers.utils import logging as hf_logging
+
+    load, seen = AutoModelForSeq2SeqLM.from_pretrained, []
+    monkeypatch.setattr(AutoModelForSeq2SeqLM, "from_pretrained",
+                        lambda *a, **k: seen.append(hf_logging.is_progress_bar_enabled()) or load(*a, **k))
+    _, ckpt, _ = baseline_export
+    hf_logging.enable_progress_bar()
+    export_transformers(ckpt, "en", "fr", tmp_path / "shown", verbose=False)
+    assert seen == [False] and hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        export_transformers(ckpt, "en", "fr", tmp_path / "hidden", verbose=False)
+        assert seen == [False, False] and not hf_logging.is_progress_bar_enabled()
+    finally:
+        hf_logging.enable_progress_bar()
+
+
 def test_missing_transformers_is_a_clear_error(tmp_path, capsys, monkeypatch):
     """Runs whether or not transformers is installed: the check comes before any work."""
     monkeypatch.setitem(sys.modules, "transformers", None)  # as if it were not installed

@@ -320,8 +320,15 @@ def _check_written(directory: Path, state: Dict, dictionary, src_ids: List[int],
     """Load ``directory`` with transformers (nothing missing, nothing unused) and require the fairseq
     network's logits on a probe sentence of the pair, within float tolerance."""
     from transformers import AutoModelForSeq2SeqLM
+    from transformers.utils import logging as hf_logging
 
-    model, info = AutoModelForSeq2SeqLM.from_pretrained(str(directory), output_loading_info=True)
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # transformers 5 draws a bar per load, amid the export's output
+    try:
+        model, info = AutoModelForSeq2SeqLM.from_pretrained(str(directory), output_loading_info=True)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
     left = {k: sorted(v)[:3] for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys")
             and v}
     if left:
