@@ -33,11 +33,12 @@ class OutputPathError(ValueError):
 
 def check_writable(path: PathLike, flag: str = "--out", inputs: Iterable[PathLike] = (),
                    protected: Mapping[str, Optional[PathLike]] = None, own: Callable[[Path], bool] = None,
-                   command: str = "this command") -> Path:
+                   command: str = "this command", held: Callable[[Path], Optional[str]] = None) -> Path:
     """Refuse ``path`` (the value of option ``flag``) now, before any work, if it is a directory, one of
     ``inputs``, an existing file under one of the ``protected`` directories ({"corpus": dir, "run": dir}) that
-    ``own(path)`` does not recognise as an earlier output of ``command``, under a file, or in a directory where
-    no file can be created (probed, so that a read-only file system or a root-owned directory counts too).
+    ``own(path)`` does not recognise as an earlier output of ``command``, an existing non-empty file anywhere for
+    which ``held(path)`` says what it holds (None: ``command`` may replace it), under a file, or in a directory
+    where no file can be created (probed, so that a read-only file system or a root-owned directory counts too).
     Creates nothing."""
     path = Path(path)
     if path.is_dir():
@@ -54,6 +55,10 @@ def check_writable(path: PathLike, flag: str = "--out", inputs: Iterable[PathLik
             if directory is not None and _inside(path, directory) and not (own is not None and own(path)):
                 raise OutputPathError(f"{flag} {path} would replace a file of the {name} {directory} that "
                                       f"{command} did not write; write to another path")
+        what = held(path) if held is not None and path.stat().st_size else None
+        if what is not None:
+            raise OutputPathError(f"{flag} {path} holds {what}, which {command} would replace; write to another path "
+                                  "or move it away")
     check_creatable(path, flag)
     return path
 

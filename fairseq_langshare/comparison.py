@@ -21,10 +21,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .atomic_files import check_writable, write_json_atomic, write_text_atomic
 from .command_line import add_command
-from .evaluation import EvaluationError, _averages, _csv, _fmt, _read_json, read_references
+from .evaluation import METRICS, EvaluationError, _averages, _csv, _fmt, _read_json, bleu_signature, read_references
 from . import off_target, significance
 from .option_ranges import Range
-from .result_kinds import EVALUATE_JSON, file_kind, json_kind
+from .result_kinds import (COMPARE_JSON, COMPARE_MARKDOWN, COMPARE_MARKDOWN_TITLE, EVALUATE_JSON, file_kind,
+                           held_unless, json_kind)
 
 LABELS = significance.METRIC_LABELS
 ALPHA = significance.ALPHA  # the level the tables mark
@@ -70,16 +71,10 @@ def _win_cells(cmp, baseline, ratios_of, metric):
     return cells
 
 
-def _bleu_signature(row):
-    """A BLEU signature without its sacrebleu version (the same tokenization scores the same)."""
-    sig = (row or {}).get("bleu_signature")
-    return sig and "|".join(f for f in sig.split("|") if not f.startswith("version:"))
-
-
 def check_same_bleu_signatures(runs, directions):
     """Refuse runs whose BLEU of a direction was computed with another signature (tokenization...)."""
     for d in directions:
-        sigs = OrderedDict((_bleu_signature(res["directions"].get(d)), name) for name, res in runs)
+        sigs = OrderedDict((bleu_signature(res["directions"].get(d)), name) for name, res in runs)
         sigs.pop(None, None)
         if len(sigs) > 1:
             (a, x), (b, y) = list(sigs.items())[:2]
@@ -385,13 +380,22 @@ def read_runs(items: Sequence[str]) -> List[Tuple[str, dict]]:
 
 def _run(args):
     inputs = [split_item(item)[1] for item in args.results]
-    for flag, path, others in (("--out-json", args.out_json, []), ("--out-md", args.out_md, [args.out_json])):
-        if path:  # fail now, not after the tests
-            check_writable(path, flag, inputs=[*inputs, *others])
+    for flag, path, others, kind in (("--out-json", args.out_json, [], COMPARE_JSON),
+                                     ("--out-md", args.out_md, [args.out_json], COMPARE_MARKDOWN)):
+        if path:  # fail now, not after the tests; never over a file compare did not write
+            check_writable(path, flag, inputs=[*inputs, *others], command="compare", held=held_unless(kind, "compare"))
+    metrics = tuple(_csv(args.metrics))
+    if not metrics or any(m not in METRICS for m in metrics):
+        print(f"langshare compare: error: --metrics {args.metrics!r}: pass one or more of {', '.join(METRICS)}, "
+              "comma-separated", file=sys.stderr)
+        raise SystemExit(2)
     try:
-        cmp = compare(read_runs(args.results), args.baseline, tuple(_csv(args.metrics)),
+        cmp = compare(read_runs(args.results), args.baseline, metrics,
                       test=not args.no_significance, n_samples=args.bootstrap_samples)
-        text = comparison_markdown(cmp)
+        names = list(cmp["systems"])
+        text = (f"{COMPARE_MARKDOWN_TITLE}{', '.join(names)}"
+                + (f" against {cmp['baseline']}" if cmp["baseline"] is not None else "") + ".\n\n"
+                + comparison_markdown(cmp))
         if args.out_json:
             write_json_atomic(args.out_json, cmp)
         if args.out_md:

@@ -32,9 +32,12 @@ import shlex
 import sys
 import tempfile
 from .atomic_files import check_writable, json_text, write_files_atomic
+from .checkpoint_safety import CheckpointError, require_checkpoint
+from .result_kinds import (COMPARE_JSON, EVALUATE_JSON, EVALUATE_MARKDOWN, HEAD_TO_HEAD_JSON, file_kind, held_unless,
+                           json_kind)
 from .command_line import add_command
 from . import off_target
-from .data.binarized import BinarizedDataError, sentence_count
+from .data.binarized import LEAVE_OUT, BinarizedDataError, sentence_count
 from .direction_groups import group_members
 from .interrupts import interrupts_kept
 from .option_ranges import Range
@@ -289,21 +292,24 @@ def to_markdown(results):
 def significance_markdown(sig):
     """Lines of a single-seed significance table (``baseline_significance``): delta, p-value and
     the 95% confidence interval of this run's score, per direction and pooled."""
-    from .significance import format_p  # at call time, as baseline_significance imports it
+    from .significance import ALPHA, format_p  # at call time, as baseline_significance imports it
     if not sig:
         return []
     if "note" in sig:
         return ["", f"Significance vs baseline: {sig['note']}"]
     metrics = [m for m in sig["pooled"] if m in ("bleu", "chrf")]
-    head = " | ".join(f"{m} delta | p | 95% CI" for m in ("BLEU", "chrF")[:len(metrics)])
-    lines = ["", f"Paired bootstrap vs baseline ({sig['n_samples']} resamples, sacrebleu; CI: this run's "
-                 f"bootstrap mean +- half-width):", "", f"| direction | {head} |", "|---|" + "---:|" * 3 * len(metrics)]
+    labels = {"bleu": "BLEU", "chrf": "chrF"}
+    head = " | ".join(f"{labels[m]} verdict | {labels[m]} delta | p | 95% CI" for m in metrics)
+    lines = ["", f"Paired bootstrap vs baseline ({sig['n_samples']} resamples, sacrebleu; verdict: better or worse "
+                 f"where p < {ALPHA}, level otherwise; CI: this run's bootstrap mean +- half-width):", "",
+             f"| direction | {head} |", "|---|" + "---|---:|---:|---:|" * len(metrics)]
     rows = [(d, sig["directions"][d]) for d in sig["directions"]] + [("all (pooled)", sig["pooled"])]
     for name, row in rows:
         cells = []
         for m in metrics:
             t = row[m]["seeds_concatenated"]
-            cells += [f"{t['delta']:+.2f}", format_p(t["p_value"]), f"{t['system_mean']:.2f} +- {t['system_ci']:.2f}"]
+            cells += [row[m].get("verdict") or "-", f"{t['delta']:+.2f}", format_p(t["p_value"]),
+                      f"{t['system_mean']:.2f} +- {t['system_ci']:.2f}"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -352,7 +358,7 @@ class _Corpus:
         try:
             check_binarized(split, self.bin, src, tgt)  # what fairseq-generate's task checks, before decoding
         except (BinarizedDataError, FileNotFoundError) as e:
-            raise EvaluationError(str(e)) from None
+            raise EvaluationError(str(e).replace(LEAVE_OUT, "(evaluate --directions)")) from None
         refs = self.reference_path(split, src, tgt)
         with open(refs, encoding="utf-8") as f:
             n_refs = sum(1 for _ in f)
@@ -364,7 +370,7 @@ class _Corpus:
             try:
                 n = sentence_count(prefix)
             except BinarizedDataError as e:
-                raise EvaluationError(str(e)) from None
+                raise EvaluationError(str(e).replace(LEAVE_OUT, "(evaluate --directions)")) from None
             if n is not None and n != n_refs:
                 raise EvaluationError(f"{refs} has {n_refs} lines but {prefix}.bin holds {n} sentences: raw/ and bin/ "
                                       f"of the corpus are out of sync; rebuild the corpus (langshare prepare-data/prepare-gettext) "
@@ -549,16 +555,22 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
     to ``out_json`` and markdown to ``out_md``)."""
     from tqdm import tqdm
 
+    if os.path.isdir(checkpoint):
+        try:
+            require_checkpoint(checkpoint, "checkpoint")
+        except CheckpointError as error:
+            raise EvaluationError(str(error)) from None
     if not os.path.isfile(checkpoint):
         raise EvaluationError(f"checkpoint not found: {checkpoint} (pass the .pt file fairseq-train wrote, "
                               f"e.g. checkpoints/checkpoint_best.pt)")
     checkpoint = os.path.abspath(checkpoint)
     baseline_path = baseline if isinstance(baseline, (str, os.PathLike)) else None
     protected = {"corpus": corpus_dir if os.path.isdir(corpus_dir) else None, "run": os.path.dirname(checkpoint)}
-    for flag, path, others in (("--out-json", out_json, []), ("--out-md", out_md, [out_json])):
-        if path:  # fail now, not after decoding; never over a corpus or run file evaluate did not write
+    for flag, path, others, kind in (("--out-json", out_json, [], EVALUATE_JSON),
+                                     ("--out-md", out_md, [out_json], EVALUATE_MARKDOWN)):
+        if path:  # fail now, not after decoding; never over a file evaluate did not write for this checkpoint
             check_writable(path, flag, inputs=[checkpoint, baseline_path, *others], protected=protected,
-                           own=_own_output, command="evaluate")
+                           own=_own_output, command="evaluate", held=held_unless(kind, "evaluate", checkpoint))
     extra = shlex.split(generate_args) if isinstance(generate_args, str) else list(generate_args)
     _check_generate_args(extra)
     resource_groups({}, high_threshold, low_threshold)  # validates the options before decoding
@@ -570,9 +582,16 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         raise EvaluationError(f"win ratio on spbleu needs the spBLEU model: {spbleu_note}")
     corpus = _Corpus(corpus_dir)
     if isinstance(baseline, (str, os.PathLike)):
+        if os.path.isdir(baseline):
+            raise EvaluationError(f"--baseline {baseline} is a directory; pass the results JSON that `langshare "
+                                  "evaluate --out-json` wrote for the baseline")
         if not os.path.isfile(baseline):
             raise EvaluationError(f"baseline results not found: {baseline} (write one with evaluate --out-json)")
         baseline_results, baseline_name = _read_json(baseline, "baseline results"), str(baseline)
+        kind = json_kind(baseline_results)
+        if kind in (COMPARE_JSON, HEAD_TO_HEAD_JSON):
+            raise EvaluationError(f"--baseline {baseline} is {kind}, not a run's results: pass the --out-json that "
+                                  "`langshare evaluate` wrote for the baseline")
     else:
         baseline_results, baseline_name = baseline, "given results"
 
@@ -597,7 +616,11 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
             logger.warning("the corpus also has zero-shot directions %s; pass --directions to score them",
                            ",".join(untrained))
     else:
+        given = directions
         directions = list(dict.fromkeys(_csv(directions)))
+        if not directions:
+            raise EvaluationError(f"--directions {given if isinstance(given, str) else ','.join(given)!r} names no "
+                                  "direction: write directions as SRC-TGT, comma-separated, e.g. en-fr,en-de")
         for d in directions:
             parts = d.split("-")
             if len(parts) != 2 or not all(parts):
@@ -615,6 +638,7 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         corpus.check_references(split, *d.split("-"))
     if baseline_results is not None:  # fail before decoding, not after
         _win_stats({"directions": {d: {win_metric: 0.0} for d in directions}}, baseline_results, win_metric)
+        _check_baseline_bleu(directions, bleu_tokenize, baseline_results, baseline_name)
 
     sizes = {d: corpus.train_size(*d.split("-")) if d in trained else None for d in directions}
     groups = resource_groups(sizes, high_threshold, low_threshold)
@@ -692,10 +716,35 @@ class ResultsNotWritten(EvaluationError):
                          "free some space and evaluate again")
 
 
+def bleu_signature(row):
+    """A BLEU signature without its sacrebleu version (the same tokenization scores the same)."""
+    sig = (row or {}).get("bleu_signature")
+    return sig and "|".join(f for f in sig.split("|") if not f.startswith("version:"))
+
+
+def _check_baseline_bleu(directions, tokenize, baseline_results, name):
+    """Refuse a baseline whose BLEU of one of ``directions`` was scored with another signature than this
+    evaluation's would be (``compare`` refuses such runs alike)."""
+    from sacrebleu.metrics import BLEU
+
+    for d in directions:
+        theirs = bleu_signature((baseline_results.get("directions") or {}).get(d))
+        if not theirs:
+            continue
+        tgt = d.split("-")[1]
+        bleu = BLEU(tokenize=bleu_tokenizer(tgt, tokenize))
+        bleu.corpus_score(["-"], [["-"]])  # sacrebleu signs a metric once it knows the number of references
+        mine = bleu_signature({"bleu_signature": str(bleu.get_signature())})
+        if mine != theirs:
+            their_tok = next((f[4:] for f in theirs.split("|") if f.startswith("tok:")), "13a")
+            suggest = "auto" if bleu_tokenizer(tgt, "auto") == their_tok else their_tok
+            raise EvaluationError(f"direction {d}: the baseline {name} was scored with BLEU signature {theirs}, and "
+                                  f"this evaluation would use {mine}; pass --bleu-tokenize {suggest}, or evaluate the "
+                                  f"baseline again with --bleu-tokenize {tokenize}")
+
+
 def _own_output(path) -> bool:
     """Whether ``path`` is an earlier output of evaluate (its results JSON or markdown table)."""
-    from .result_kinds import EVALUATE_JSON, EVALUATE_MARKDOWN, file_kind
-
     return file_kind(path) in (EVALUATE_JSON, EVALUATE_MARKDOWN)
 
 

@@ -353,6 +353,8 @@ def add_to_comparison(cmp: Dict, systems: Dict[str, List[Dict]]) -> None:
     rated = [d for d in cmp["directions"] if all((r["directions"].get(d) or {}).get("off_target") is not None
                                                  for r in runs)]
     cmp["off_target"]["unrated"] = [d for d in cmp["directions"] if d not in rated]
+    cmp["off_target"]["runs_without_rates"] = [name for name, seeds in systems.items()
+                                               if any(not (r.get("off_target") or {}).get("identifier") for r in seeds)]
     members = group_members({d: info.get("group") for d, info in cmp["directions"].items()})
     for name, seeds in systems.items():
         groups = list(cmp["systems"][name]["averages"])
@@ -382,6 +384,11 @@ def comparison_table(cmp: Dict, cell) -> List[str]:
     unrated = cmp["off_target"].get("unrated") or []
     pooled = ("The group rows pool the hypotheses of the directions every run has a rate for"
               + (f" (not {', '.join(unrated)})" if unrated else "") + ".")
+    without = cmp["off_target"].get("runs_without_rates") or []
+    if without:
+        pooled += (f" {', '.join(without)} {'has' if len(without) == 1 else 'have'} no off-target rates (results "
+                   "written before `langshare evaluate` measured them): add them with `langshare off-target CORPUS "
+                   "--results FILE.json`, then compare again.")
     return lines + ["", note(cmp["off_target"], cmp["directions"]) + " " + pooled, ""]
 
 

@@ -1,19 +1,25 @@
 """What a results file is, told from its content: the JSON that ``langshare evaluate``, ``compare`` and
-``head-to-head`` write, and evaluate's markdown table. ``compare`` refuses a file of another kind by name (a
-compare output is not a run's results); ``evaluate`` replaces a file next to a run or in a corpus only when it is
-one of its own outputs (``atomic_files.check_writable``)."""
+``head-to-head`` write, and evaluate's and compare's markdown. ``compare`` refuses a file of another kind by name
+(a compare output is not a run's results); ``evaluate`` and ``compare`` replace an existing file only when it is
+one of their own outputs (evaluate's: of the same checkpoint), through ``held_unless`` and
+``atomic_files.check_writable``."""
 
 import json
 import os
-from typing import Optional
+import re
+from typing import Callable, Optional
 
-__all__ = ["EVALUATE_JSON", "EVALUATE_MARKDOWN", "COMPARE_JSON", "HEAD_TO_HEAD_JSON", "json_kind", "file_kind"]
+__all__ = ["EVALUATE_JSON", "EVALUATE_MARKDOWN", "COMPARE_JSON", "COMPARE_MARKDOWN", "COMPARE_MARKDOWN_TITLE",
+           "HEAD_TO_HEAD_JSON", "json_kind", "file_kind", "evaluated_checkpoint", "held_unless"]
 
 EVALUATE_JSON = "a `langshare evaluate` results file"
 EVALUATE_MARKDOWN = "a `langshare evaluate` markdown table"
 COMPARE_JSON = "a `langshare compare` output (--out-json)"
+COMPARE_MARKDOWN = "a `langshare compare` output (--out-md)"
+COMPARE_MARKDOWN_TITLE = "Comparison by `langshare compare` of "  # the first line compare's CLI writes
 HEAD_TO_HEAD_JSON = "a `langshare head-to-head` results file"
 _MARKDOWN_STARTS = ("Checkpoint `", "| direction | train pairs | group |")  # evaluation.to_markdown's first line
+_MARKDOWN_CHECKPOINT = re.compile(r"^Checkpoint `(.*?)` on `")
 
 
 def json_kind(obj) -> Optional[str]:
@@ -30,18 +36,54 @@ def json_kind(obj) -> Optional[str]:
     return None
 
 
-def file_kind(path) -> Optional[str]:
-    """The kind of the file at ``path`` (JSON or evaluate's markdown), None when it is none of them or unreadable."""
+def _text(path) -> Optional[str]:
     try:
         if os.path.getsize(path) > 512 * 1024 * 1024:  # no results file is this large
             return None
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            return f.read()
     except (OSError, ValueError):
+        return None
+
+
+def file_kind(path) -> Optional[str]:
+    """The kind of the file at ``path`` (JSON, evaluate's or compare's markdown), None when it is none of them or
+    unreadable."""
+    text = _text(path)
+    if text is None:
         return None
     if text.lstrip().startswith(_MARKDOWN_STARTS):
         return EVALUATE_MARKDOWN
+    if text.startswith(COMPARE_MARKDOWN_TITLE):
+        return COMPARE_MARKDOWN
     try:
         return json_kind(json.loads(text))
     except ValueError:
         return None
+
+
+def evaluated_checkpoint(path) -> Optional[str]:
+    """The checkpoint whose results an evaluate output (JSON or markdown) at ``path`` holds, None when unknown."""
+    text = _text(path) or ""
+    match = _MARKDOWN_CHECKPOINT.match(text.lstrip())
+    if match:
+        return match.group(1)
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    return obj.get("checkpoint") if isinstance(obj, dict) and isinstance(obj.get("checkpoint"), str) else None
+
+
+def held_unless(kind: str, command: str, checkpoint: Optional[str] = None) -> Callable[[str], Optional[str]]:
+    """For ``atomic_files.check_writable(held=...)``: what an existing file holds, unless it is an output of ``kind``
+    that ``command`` may replace (an evaluate output: of ``checkpoint``, when given)."""
+    def held(path) -> Optional[str]:
+        found = file_kind(path)
+        if found != kind:
+            return found or f"a file {command} did not write"
+        other = evaluated_checkpoint(path) if checkpoint is not None else None
+        if other is not None and os.path.abspath(other) != os.path.abspath(checkpoint):
+            return f"the results of another checkpoint ({other})"
+        return None
+    return held

@@ -9,6 +9,7 @@ really installed, that a ``fairseq-interactive`` session survives bad lines, and
 refused before anything is translated.
 """
 
+import json
 import io
 import logging
 import os
@@ -290,6 +291,8 @@ def test_empty_or_truncated_binarized_data_is_one_line(corpus, run, eval_corpus,
     code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx",
                            "--out-json", tmp_path / "r.json")
     assert code == 2 and re.search(message, line), line
+    if fault == "empty":  # the flag that leaves a direction out is evaluate's (was: fairseq-generate's -s/-t)
+        assert line.endswith("or leave en-xx out (evaluate --directions)"), line
     assert not (tmp_path / "r.json").exists()
 
 
@@ -316,8 +319,10 @@ def unwritable_dir(tmp_path):
                                   "more-references", "fewer-references"])
 def test_evaluate_refuses_before_decoding(run, eval_corpus, tmp_path, capsys, no_decoding, case):
     out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
-    out_json.write_text("{}\n")  # an earlier run's results: kept, and kept consistent with its markdown
-    out_md.write_text("earlier\n")
+    # an earlier evaluation's results: kept, and kept consistent with its markdown
+    checkpoint = run / "checkpoint_last.pt"
+    out_json.write_text(json.dumps({"checkpoint": str(checkpoint), "directions": {"en-xx": {"bleu": 1.0}}}) + "\n")
+    out_md.write_text(f"Checkpoint `{checkpoint}` on `{eval_corpus}` (test, beam 5, lenpen 1)\n")
     refs = eval_corpus / "raw" / "test.en-xx.xx"
     message = {
         "unwritable": f"cannot write --out-json {unwritable_dir(tmp_path)}/r.json: ",

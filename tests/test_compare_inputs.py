@@ -126,3 +126,48 @@ def test_a_gzip_file_is_named_as_such(tmp_path, capsys):
     code, line = langshare(capsys, "compare", f"a={a}", f"b={packed}", "--no-significance")
     assert (code, line) == (2, f"langshare compare: error: results JSON {packed} is gzip-compressed, not JSON; "
                                f"decompress it first (gunzip -k {packed})")
+
+
+@pytest.mark.parametrize("flag,held,kind", [
+    ("--out-json", "seed2.json", "a `langshare evaluate` results file"),  # another run's results, not an input
+    ("--out-md", "test.en-xx.xx", "a file compare did not write"),  # a corpus's references
+    ("--out-json", "checkpoint_last.pt", "a file compare did not write"),
+    ("--out-md", "cmp.json", "a `langshare compare` output (--out-json)"),
+])
+def test_compare_replaces_only_its_own_outputs(tmp_path, capsys, flag, held, kind):
+    """Was: --out-json/--out-md replaced whatever was there: another seed's results, the test references, a
+    checkpoint."""
+    a = write(tmp_path, "a", results({"en-xx": 30.0}))
+    b = write(tmp_path, "b", results({"en-xx": 28.0}))
+    write(tmp_path, "seed2", results({"en-xx": 29.0}))
+    (tmp_path / "test.en-xx.xx").write_text("a reference\n")
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"PK\x03\x04weights")
+    assert langshare(capsys, "compare", a, b, "--no-significance", "--out-json", tmp_path / "cmp.json")[0] == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, line = langshare(capsys, "compare", a, b, "--no-significance", flag, tmp_path / held)
+    assert (code, line) == (2, f"langshare compare: error: {flag} {tmp_path / held} holds {kind}, which compare "
+                               "would replace; write to another path or move it away")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_compare_replaces_its_earlier_outputs(tmp_path, capsys):
+    a = write(tmp_path, "a", results({"en-xx": 30.0}))
+    b = write(tmp_path, "b", results({"en-xx": 28.0}))
+    (tmp_path / "empty.md").write_text("")  # nothing to lose
+    for _ in range(2):
+        code, line = langshare(capsys, "compare", a, b, "--no-significance", "--out-json", tmp_path / "cmp.json",
+                               "--out-md", tmp_path / "cmp.md")
+        assert code == 0, line
+    assert (tmp_path / "cmp.md").read_text().startswith("Comparison by `langshare compare` of a, b.\n")
+    assert langshare(capsys, "compare", a, b, "--no-significance", "--out-md", tmp_path / "empty.md")[0] == 0
+
+
+@pytest.mark.parametrize("metrics", ["ter", "BLEU", "bleu,ter", ""])
+def test_an_unknown_metric_is_refused(tmp_path, capsys, metrics):
+    """Was: exit 0 with "ter: not in any of the results", and "metrics": ["ter"] in the JSON."""
+    a = write(tmp_path, "a", results({"en-xx": 30.0}))
+    b = write(tmp_path, "b", results({"en-xx": 28.0}))
+    code, line = langshare(capsys, "compare", a, b, "--no-significance", f"--metrics={metrics}")
+    assert code == 2
+    assert line == ("langshare compare: error: --metrics " + repr(metrics) + ": pass one or more of bleu, chrf, spbleu, "
+                    "comma-separated"), line

@@ -167,7 +167,7 @@ def test_evaluate_baseline_significance_single_seed(tmp_path):
     assert sig["seeds"] == 1 and sig["directions"]["en-a"]["bleu"]["seeds_concatenated"]["p_value"] < 0.05
     mine["significance"] = sig
     md = evaluation.to_markdown(mine)
-    assert "Paired bootstrap vs baseline" in md and "| en-a | +" in md and "| all (pooled) |" in md
+    assert "Paired bootstrap vs baseline" in md and "| en-a | better | +" in md and "| all (pooled) |" in md
     assert "note" in evaluation.baseline_significance(mine, {"directions": base["directions"]})
     other = dict(mine, references={"en-a": dict(mine["references"]["en-a"], sha256="0" * 64)})
     with pytest.raises(EvaluationError, match="another reference file"):

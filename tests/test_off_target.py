@@ -170,6 +170,18 @@ def test_note_names_a_direction_without_a_hypothesis_long_enough(tmp_path):
     assert said in comparison.comparison_markdown(comparison.compare([("a", results)], test=False))
 
 
+def test_comparison_names_the_run_without_off_target_rates(tmp_path):
+    """Was: every cell of that run "-", with a note naming the directions, not the run, nor how to add them."""
+    corpus = reference_corpus(tmp_path / "c", ["en", "fr", "de"])
+    rated = {"corpus": corpus, "split": "test", "directions": {"en-fr": {"group": "high"}}, "averages": {"all": {}},
+             "hypotheses": {"en-fr": sentences("fr", 20, 7)}}
+    off_target.add_off_target(rated)
+    older = {"corpus": corpus, "split": "test", "directions": {"en-fr": {"group": "high"}}, "averages": {"all": {}}}
+    table = comparison.comparison_markdown(comparison.compare([("new", rated), ("old", older)], test=False))
+    assert ("old has no off-target rates (results written before `langshare evaluate` measured them): add them with "
+            "`langshare off-target CORPUS --results FILE.json`, then compare again.") in table, table
+
+
 def _rated(rate, identified=10, **row):
     """A direction row with an off-target rate of ``identified`` hypotheses (None: none long enough)."""
     off = round(rate * identified / 100) if rate is not None else 0

@@ -113,3 +113,100 @@ def test_analyze_out_onto_a_file_is_one_line(run, tmp_path, capsys, method):
     assert (code, line) == (2, f"langshare analyze: error: --out {out} is a file; pass a directory (the analysis "
                                "writes several files into it)"), line
     assert out.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("held", ["another run's checkpoint", "results of another checkpoint",
+                                  "table of another checkpoint", "a compare output"])
+def test_evaluate_replaces_no_file_it_did_not_write_anywhere(run, eval_corpus, tmp_path, capsys, no_decoding, held):
+    """Was: outside the evaluated run and the corpus, --out-json/--out-md replaced anything: another run's
+    checkpoint became a results JSON."""
+    other = tmp_path / "other_run"
+    other.mkdir()
+    flag, path, kind = {
+        "another run's checkpoint": ("--out-json", other / "checkpoint_last.pt", "a file evaluate did not write"),
+        "results of another checkpoint": ("--out-json", other / "results.json",
+                                          f"the results of another checkpoint ({other / 'checkpoint_last.pt'})"),
+        "table of another checkpoint": ("--out-md", other / "results.md",
+                                        f"the results of another checkpoint ({other / 'checkpoint_last.pt'})"),
+        "a compare output": ("--out-json", other / "cmp.json", "a `langshare compare` output (--out-json)"),
+    }[held]
+    (other / "checkpoint_last.pt").write_bytes(b"PK\x03\x04weights")
+    (other / "results.json").write_text(json.dumps({"checkpoint": str(other / "checkpoint_last.pt"),
+                                                    "directions": {"en-xx": {"bleu": 1.0}}}))
+    (other / "results.md").write_text(f"Checkpoint `{other / 'checkpoint_last.pt'}` on `c` (test, beam 5, lenpen 1)\n")
+    (other / "cmp.json").write_text(json.dumps({"systems": {}, "metrics": ["bleu"]}))
+    before = snapshot(tmp_path)
+    code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx",
+                           flag, path)
+    assert (code, line) == (2, f"langshare evaluate: error: {flag} {path} holds {kind}, which evaluate would replace; "
+                               "write to another path or move it away"), line
+    assert snapshot(tmp_path) == before
+
+
+def test_evaluate_replaces_its_own_results_of_the_checkpoint_anywhere(run, eval_corpus, tmp_path, capsys,
+                                                                      fake_decoding):
+    out_json, out_md = tmp_path / "results" / "r.json", tmp_path / "results" / "r.md"
+    out_json.parent.mkdir()
+    (tmp_path / "results" / "empty.json").write_text("")  # nothing to lose
+    for target in (out_json, out_json, tmp_path / "results" / "empty.json"):
+        code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx",
+                               "--out-json", target, "--out-md", out_md)
+        assert code == 0, line
+
+
+@pytest.mark.parametrize("value", ["", ",", " , "])
+def test_evaluate_names_an_empty_directions_list(run, eval_corpus, capsys, no_decoding, value):
+    """Was: IndexError: list index out of range."""
+    code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, f"--directions={value}")
+    assert (code, line) == (2, f"langshare evaluate: error: --directions {value!r} names no direction: write "
+                               "directions as SRC-TGT, comma-separated, e.g. en-fr,en-de"), line
+
+
+def test_evaluate_names_a_checkpoint_directory(run, eval_corpus, capsys, no_decoding):
+    """Was: "checkpoint not found: DIR", which it is not."""
+    code, line = langshare(capsys, "evaluate", run, eval_corpus)
+    assert (code, line) == (2, f"langshare evaluate: error: checkpoint {run} is a directory; pass a checkpoint file, "
+                               f"e.g. {run / 'checkpoint_last.pt'}"), line
+
+
+def test_evaluate_refuses_a_baseline_scored_with_another_bleu_tokenization(run, eval_corpus, tmp_path, capsys,
+                                                                           no_decoding):
+    """Was: the win ratio compared intl BLEU with the baseline's 13a BLEU, and the significance test re-scored
+    the baseline in intl, without a word (compare refuses the same pair)."""
+    baseline = tmp_path / "base.json"
+    signature = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.0"
+    baseline.write_text(json.dumps({"checkpoint": "b.pt", "directions": {"en-xx": {"bleu": 1.0,
+                                                                                  "bleu_signature": signature}}}))
+    code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx",
+                           "--bleu-tokenize", "intl", "--baseline", baseline)
+    assert code == 2
+    assert line.startswith(f"langshare evaluate: error: direction en-xx: the baseline {baseline} was scored with BLEU "
+                           "signature nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp, and this evaluation would use "
+                           "nrefs:1|case:mixed|eff:no|tok:intl|smooth:exp; pass --bleu-tokenize auto, or evaluate the "
+                           "baseline again with --bleu-tokenize intl"), line
+
+
+def test_evaluate_names_a_compare_output_given_as_baseline(run, eval_corpus, tmp_path, capsys, no_decoding):
+    """Was: "the baseline shares no direction with a bleu score with this run (...; baseline: none)"."""
+    cmp = tmp_path / "cmp.json"
+    cmp.write_text(json.dumps({"systems": {"a": {}}, "metrics": ["bleu"], "directions": {}}))
+    code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx",
+                           "--baseline", cmp)
+    assert (code, line) == (2, f"langshare evaluate: error: --baseline {cmp} is a `langshare compare` output "
+                               "(--out-json), not a run's results: pass the --out-json that `langshare evaluate` "
+                               "wrote for the baseline"), line
+
+
+def test_evaluate_prints_the_verdict_against_its_baseline(run, eval_corpus, tmp_path, capsys, fake_decoding):
+    """Was: the printed and markdown tables showed delta and p, but not the verdict the JSON holds."""
+    base = tmp_path / "base.json"
+    assert langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx,en-yy",
+                     "--out-json", base)[0] == 0
+    code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx,en-yy",
+                           "--baseline", base, "--out-md", tmp_path / "r.md")
+    assert code == 0, line
+    table = (tmp_path / "r.md").read_text()
+    assert "| direction | BLEU verdict | BLEU delta | p | 95% CI | chrF verdict | chrF delta | p | 95% CI |" in table
+    rows = [l for l in table.splitlines() if l.startswith(("| en-xx |", "| en-yy |", "| all (pooled) |"))
+            and "level" in l]
+    assert len(rows) == 3, table  # the same hypotheses as the baseline's: level everywhere

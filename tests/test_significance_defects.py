@@ -108,8 +108,8 @@ def test_evaluate_baseline_table_says_not_testable():
 
     untestable = {"delta": 12.75, "p_value": None, "system_mean": 30.0, "system_ci": 0.0}
     testable = {"delta": 1.5, "p_value": 0.02, "system_mean": 31.0, "system_ci": 1.2}
-    sig = {"n_samples": 1000, "pooled": {"bleu": {"seeds_concatenated": testable}},
-           "directions": {"en-xx": {"bleu": {"seeds_concatenated": untestable}}}}
+    sig = {"n_samples": 1000, "pooled": {"bleu": {"seeds_concatenated": testable, "verdict": "better"}},
+           "directions": {"en-xx": {"bleu": {"seeds_concatenated": untestable, "verdict": "level"}}}}
     table = "\n".join(significance_markdown(sig))
-    assert "| en-xx | +12.75 | not testable | 30.00 +- 0.00 |" in table
-    assert "| all (pooled) | +1.50 | 0.020 | 31.00 +- 1.20 |" in table
+    assert "| en-xx | level | +12.75 | not testable | 30.00 +- 0.00 |" in table
+    assert "| all (pooled) | better | +1.50 | 0.020 | 31.00 +- 1.20 |" in table

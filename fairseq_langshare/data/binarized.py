@@ -12,10 +12,11 @@ import struct
 
 import numpy as np
 
-__all__ = ["BinarizedDataError", "sentence_count"]
+__all__ = ["BinarizedDataError", "sentence_count", "LEAVE_OUT"]
 
 _MAGIC = b"MMIDIDX\x00\x00"
 _HEADER = len(_MAGIC) + 8 + 1 + 8  # magic, version, dtype code, number of sentences
+LEAVE_OUT = "(--lang-pairs, -s/-t)"  # fairseq's flags that leave a direction out; a command with its own replaces it
 
 
 class BinarizedDataError(ValueError):
@@ -45,7 +46,7 @@ def sentence_count(prefix: str):
     n = struct.unpack("<Q", header[-8:])[0]
     if n == 0:
         raise BinarizedDataError(f"{idx}: {_what(prefix)} is empty (0 sentences): binarize a non-empty set with "
-                                 f"fairseq-preprocess or leave {_what(prefix).split()[-1]} out (--lang-pairs, -s/-t)")
+                                 f"fairseq-preprocess or leave {_what(prefix).split()[-1]} out {LEAVE_OUT}")
     expected = _HEADER + n * (4 + 8)  # an int32 size and an int64 offset per sentence
     if size < expected:
         raise BinarizedDataError(f"{idx} is truncated or corrupt ({size} bytes; its header announces {n} sentences, "
