@@ -96,3 +96,30 @@ def test_the_plugin_destroys_a_gloo_process_group_before_the_interpreter_exits(t
         f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)\n")
     out = run([sys.executable, str(script)], cwd=tmp_path, timeout=120)
     assert "initialized at exit: False" in out
+
+
+@pytest.mark.parametrize("arch,derived", [
+    ("clsr_transformer_tiny", "clsr_noise_ramp_updates"),
+    ("latent_depth_transformer_tiny", "latent_commit_updates"),
+    ("adaptive_sparse_transformer_tiny", "sparse_t_bar"),
+])
+def test_hydra_train_derives_the_run_length_schedules_from_relative_paths(corpus, tmp_path, arch, derived):
+    """Was: under fairseq-hydra-train a model could not see optimization.max_update, so CLSR and latent depth
+    stopped at the first update ("its length is unknown: pass --max-update") and adaptive sparsity left
+    T-bar unset; and hydra ran the job in outputs/DATE/TIME, so the config's relative paths (user_dir, data,
+    save_dir: "relative to the directory you run fairseq-hydra-train from") pointed nowhere."""
+    import torch
+    from fairseq_langshare.models.adaptive_sparse_transformer import default_t_bar
+    from fairseq_langshare.models.latent_depth_transformer import default_commit_updates
+
+    (tmp_path / "fairseq_langshare").symlink_to(PKG_DIR)
+    (tmp_path / "bin").symlink_to(corpus["bin"])
+    run([str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "configs"), "--config-name", "demo",
+         "task.data=bin", "task.langs='en,xx,yy'", "task.lang_pairs='en-xx,en-yy'", f"model._name={arch}",
+         "optimization.max_update=64", "dataset.max_tokens=500", "checkpoint.save_dir=ckpt",
+         "checkpoint.save_interval_updates=0"], cwd=tmp_path)
+    model = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", weights_only=False)["cfg"]["model"]
+    expected = {"clsr_noise_ramp_updates": 64, "latent_commit_updates": default_commit_updates(64),
+                "sparse_t_bar": default_t_bar(64)}[derived]  # what fairseq-train --max-update 64 gives
+    assert model[derived] == expected
+    assert not (tmp_path / "outputs").exists()

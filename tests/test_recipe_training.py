@@ -298,6 +298,32 @@ def test_one_yaml_through_fairseq_hydra_train(recipe_corpus, tmp_path):
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
 
 
+@pytest.mark.parametrize("paper,config,arch", [("clsr", "opus100-o2m-clsr-p0.3", "clsr_transformer_tiny"),
+                                               ("latent_depth", "related-o2m-ll-d-12-24", "latent_depth_transformer_tiny")])
+def test_a_yaml_whose_schedules_follow_the_run_trains_from_relative_paths(recipe_corpus, tmp_path, paper, config, arch):
+    """Was: "CLSR's noise alpha(t) ramps over the run but its length is unknown" (latent depth: its
+    temperature) at the first update, as the model could not see optimization.max_update; and the yaml's
+    relative paths (user_dir, data) failed in hydra's outputs/DATE/TIME."""
+    import torch
+
+    corpus = ep.Corpus.read(str(recipe_corpus))
+    _, exp, _ = ep.lookup("adaptive_sparse", "public24-o2m")
+    (tmp_path / "fairseq_langshare").symlink_to(PKG_DIR)  # the yaml's user_dir, relative to the repo root
+    (tmp_path / "bin").symlink_to(recipe_corpus / "bin")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "configs" / "recipes" / paper),
+           "--config-name", config, "common.cpu=true", "common.fp16=false", "task.data=bin",
+           f"task.langs='{','.join(corpus.langs)}'", f"task.lang_pairs='{','.join(ep.trained_pairs(exp, corpus))}'",
+           f"model._name={arch}", "optimization.max_update=2", "optimization.update_freq=[1]",
+           "dataset.max_tokens=512", "dataset.batch_size=null", "dataset.num_workers=0",
+           "dataset.disable_validation=true", "checkpoint.save_dir=ckpt"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    model = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", weights_only=False)["cfg"]["model"]
+    derived = {"clsr": "clsr_noise_ramp_updates", "latent_depth": "latent_tau_anneal_updates"}[paper]
+    assert model[derived] == 2  # over the whole run, as fairseq-train --max-update 2 gives (the recipe never commits)
+
+
 # ----------------------------------------------------------------------------- training runs
 def covering_set():
     """Every method of every paper (a budget sweep counts once) and, for every way a paper's

@@ -52,6 +52,7 @@ from .langshare_transformer import size_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
 from .latent_depth_transformer import TrainedLanguagesByCode, reorder_walk, trained_language_codes, trained_languages
+from ..run_options import run_option
 
 logger = logging.getLogger(__name__)
 
@@ -511,7 +512,7 @@ class AdaptiveSparseTransformerModel(TrainedLanguagesByCode, LanguageAwareTransf
                              "multilingual_langshare with --langs")
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
-            max_update = int(getattr(args, "max_update", 0) or 0)
+            max_update = int(run_option(args, "max_update", "optimization", 0))
             given = [option for option, name in (("--sparse-t-bar", "sparse_t_bar"),
                                                  ("--sparse-layer-t-bar", "sparse_layer_t_bar"))
                      if getattr(args, name, None) is not None]
@@ -534,7 +535,7 @@ class AdaptiveSparseTransformerModel(TrainedLanguagesByCode, LanguageAwareTransf
 
     def check_training_run(self, args) -> None:
         """Called by the task when a training run builds the model (not when a checkpoint is decoded)."""
-        scorer, max_update = self.encoder.sparse_scores, int(getattr(args, "max_update", 0) or 0)
+        scorer, max_update = self.encoder.sparse_scores, int(run_option(args, "max_update", "optimization", 0))
         check_t_bar(int(scorer.t_bar), max_update)
         if "layer" in scorer.types and scorer.t_bars["layers"] != scorer.t_bar:
             check_t_bar(int(scorer.t_bars["layers"]), max_update, "--sparse-layer-t-bar")

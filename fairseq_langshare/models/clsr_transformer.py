@@ -40,6 +40,7 @@ from ..modules.schedules import set_given_options
 from ..option_ranges import Range
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
 from .langshare_transformer import small_preset, tiny_preset
+from ..run_options import run_option
 
 VARIANTS = ChoiceEnum(["clsr", "gate", "shared", "language", "top-bottom", "dedicated", "ls-encoder-output"])
 SIDES = ChoiceEnum(["src", "tgt"])
@@ -274,7 +275,7 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
             # alpha grows over the whole run (the authors' setting); without --max-update the
             # ramp stays 0 and training refuses to start (ClsrUnit.noise_scale)
             with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
-                args.clsr_noise_ramp_updates = int(getattr(args, "max_update", 0) or 0)
+                args.clsr_noise_ramp_updates = int(run_option(args, "max_update", "optimization", 0))
         model = super().build_model(args, task)
         set_given_options(model, given)  # else the ramp comes from a resumed checkpoint
         return model

@@ -37,6 +37,7 @@ from ..modules.schedules import set_given_options
 from ..option_ranges import OnlyWith, Range, check_ranges
 from .langshare_transformer import size_preset
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
+from ..run_options import run_option
 
 logger = logging.getLogger(__name__)
 
@@ -402,7 +403,7 @@ class LatentDepthTransformerModel(TrainedLanguagesByCode, LanguageAwareTransform
                              "with --langs")
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
-            max_update = int(getattr(args, "max_update", 0) or 0)
+            max_update = int(run_option(args, "max_update", "optimization", 0))
             given = [option for option, name in LATENT_HORIZONS if getattr(args, name, None) is not None]
             # schedules over the run (as CLSR's noise): resolved once, saved in the checkpoint's config.
             # The sampling phase ends at the commit: tau reaches its end there, beta a third of the way

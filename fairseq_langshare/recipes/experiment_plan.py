@@ -166,8 +166,9 @@ def train_argv(cfg: dict) -> List[str]:
 
 
 def hydra_config(cfg: dict) -> dict:
-    """The same config as the yaml of ``fairseq-hydra-train`` (lists where fairseq wants them)."""
-    out = {}
+    """The same config as the yaml of ``fairseq-hydra-train`` (lists where fairseq wants them), run in
+    the directory it is started from, as fairseq's own config says (its relative paths mean that one)."""
+    out = {"hydra": {"run": {"dir": "."}}}
     for group in GROUPS:
         if group not in cfg:
             continue

@@ -42,6 +42,7 @@ from ..user_errors import fairseq_cli
 from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
                                 warn_too_long)
 from .language_tagged_dataset import LanguageTaggedDataset, attach_lang_ids
+from ..run_options import run_option
 
 logger = logging.getLogger(__name__)
 
@@ -208,16 +209,16 @@ def check_resumed_updates(update_num: int, args) -> None:
     """Refuse, at the first update of a run (before anything is trained or saved), a checkpoint that already has
     more updates than ``--max-update``: fairseq would train one more and overwrite checkpoint_last.pt and
     checkpoint_best.pt with it."""
-    max_update = getattr(args, "max_update", None) or 0
+    max_update = run_option(args, "max_update", "optimization", 0)
     if max_update <= 0 or update_num <= max_update:
         return
-    restore = getattr(args, "restore_file", None) or "checkpoint_last.pt"
+    restore = run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt"
     if restore != "checkpoint_last.pt":  # another run's checkpoint: a new --save-dir would load it again
         raise ResumedPastMaxUpdate(
             f"--restore-file {restore} was trained for {update_num} updates, more than --max-update {max_update}: "
             f"pass --max-update {update_num} or more to train on from its count, or --reset-optimizer to count "
             "updates from 0 (or --finetune-from-model instead of --restore-file: fine-tuning)")
-    path = os.path.join(getattr(args, "save_dir", None) or "checkpoints", restore)
+    path = os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", restore)
     raise ResumedPastMaxUpdate(f"{path} was trained for {update_num} updates, more than --max-update {max_update}: "
                                f"pass --max-update {update_num} or more to train on, or another --save-dir to start "
                                f"a new run (--finetune-from-model {path} to start it from these weights)")
