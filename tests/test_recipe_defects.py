@@ -77,6 +77,29 @@ def test_recipe_refuses_a_run_trained_for_more_updates_before_training_anything(
     assert executed == ["baseline", "clsr-p0.3"]
 
 
+def test_recipe_refuses_the_run_directory_of_another_experiment(tmp_path, monkeypatch):
+    """Was: `recipe run clsr opus100-m2o ... --out runs/clsr` where runs/clsr held the opus100-o2m runs said
+    "baseline: already trained" and scored the O2M model as the M2O baseline."""
+    data, out = _recipe_corpus(tmp_path / "corpus"), str(tmp_path / "runs")
+    with open(os.path.join(data, "lang_pairs.txt"), "w") as f:  # both experiments' directions
+        f.write("en-de,en-fr,de-en,fr-en\n")
+    executed = []
+    monkeypatch.setattr(train_runner, "execute", lambda run, *a: executed.append(run.method.name))
+    monkeypatch.setattr(train_runner, "check_updates", lambda *a, **k: None)
+    o2m = train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, out, tiny=True, any_corpus=True)
+    train_runner.record_run(o2m[0], data)  # what training writes into a run directory it starts
+    held = os.path.join(out, "baseline")
+    assert json.load(open(os.path.join(held, "recipe.json")))["experiment"] == "opus100-o2m"
+    for dry_run in (True, False):
+        with pytest.raises(ValueError, match=rf"^{held} holds the run of clsr opus100-o2m baseline on "
+                                             rf"{tmp_path / 'corpus'}, not of clsr opus100-m2o baseline on "
+                                             rf"{tmp_path / 'corpus'}: pass another --out \(one per experiment\)$"):
+            train_runner.run_recipe("clsr", "opus100-m2o", ["baseline"], data, out, tiny=True, any_corpus=True,
+                                    dry_run=dry_run)
+    assert executed == ["baseline"]  # the o2m one only
+    train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, out, tiny=True, any_corpus=True)  # its own
+
+
 # ----------------------------------------------------------------------------- 2. analyses
 def test_an_interrupted_or_failed_analysis_runs_again(tmp_path, monkeypatch):
     data = _recipe_corpus(tmp_path / "corpus")

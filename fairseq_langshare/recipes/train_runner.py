@@ -10,6 +10,7 @@ for more updates than planned is refused.
 
 import contextlib
 import logging
+import json
 import os
 import shlex
 import sys
@@ -78,6 +79,7 @@ def run_recipe(paper_name, experiment_name, methods=None, data_dir=None, out_dir
                        max_update=max_update, corpus=corpus)
         check_updates(run.config["checkpoint"]["save_dir"], run.max_update,
                       "pass the same --max-update (or --tiny) or another --out")
+        check_run_dir(run, data_dir)
         runs.append(run)
     if dry_run:
         print_plan(runs, data_dir, out_dir, gpus, tiny, stream)
@@ -181,6 +183,36 @@ def _training_log(path):
         handler.close()
 
 
+RUN_RECORD = "recipe.json"  # in a run directory: whose run it is
+
+
+def _identity(run: Run, data_dir) -> dict:
+    return {"paper": run.paper.name, "experiment": run.exp.name, "method": run.method.name,
+            "corpus": os.path.abspath(data_dir)}
+
+
+def record_run(run: Run, data_dir) -> None:
+    """Write which paper, experiment, method and corpus ``run``'s directory holds (``check_run_dir``)."""
+    os.makedirs(run.run_dir, exist_ok=True)
+    write_text_atomic(os.path.join(run.run_dir, RUN_RECORD), json.dumps(_identity(run, data_dir), indent=1) + "\n")
+
+
+def check_run_dir(run: Run, data_dir) -> None:
+    """Refuse a run directory that holds the run of another experiment, method or corpus: its checkpoints
+    and results would be taken for this one's."""
+    path = os.path.join(run.run_dir, RUN_RECORD)
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        held = json.load(f)
+    want = _identity(run, data_dir)
+    if held != want:
+        def name(r):
+            return f"{r.get('paper')} {r.get('experiment')} {r.get('method')} on {r.get('corpus')}"
+        raise ValueError(f"{run.run_dir} holds the run of {name(held)}, not of {name(want)}: pass another --out "
+                         "(one per experiment)")
+
+
 def train(run: Run):
     """fairseq-train in this process; marks the run finished when it reaches --max-update."""
     from fairseq import distributed_utils, options
@@ -251,6 +283,7 @@ def compare_all(runs_dir: str, eval_set: str, baseline: str, metrics):
 def execute(run: Run, data_dir, out_dir):
     from .. import analysis, command_line
 
+    record_run(run, data_dir)  # before anything is written there: check_run_dir reads it
     train(run)
     average(run)
     base = None
