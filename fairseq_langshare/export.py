@@ -146,11 +146,15 @@ def _check_export_model(weights: Dict[str, torch.Tensor], model_cfg: Dict, expor
         )
 
 
+_BOOKKEEPING = (".version", "._float_tensor")  # fairseq's float buffers that are no weights
+
+
 def _unique_params(weights: Dict[str, torch.Tensor], nbytes: bool = False) -> int:
-    """Parameters (or their bytes) stored, counting tied weights (shared embeddings) once."""
+    """Parameters (or their bytes) stored, counting tied weights (shared embeddings) once and fairseq's
+    bookkeeping buffers (``encoder.version``) not at all."""
     seen, total = set(), 0
-    for value in weights.values():
-        if not torch.is_floating_point(value):
+    for name, value in weights.items():
+        if not torch.is_floating_point(value) or name.endswith(_BOOKKEEPING):
             continue
         key = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape))
         if key not in seen:

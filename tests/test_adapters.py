@@ -396,6 +396,11 @@ def test_exported_pair_translates_exactly_like_the_full_model(corpus, trained, t
     assert not any(k.startswith("adapter_pairs") for k in state["cfg"]["model"])
     assert "encoder.layers.0.adapter.down.weight" in state["model"] and "pair_table.lookup" not in state["model"]
     assert report["full_params"] - report["params"] == 4 * PER_ADAPTER, "the other pair's 2 + 2 adapters"
+    # the printed counts are parameters (was: fairseq's two `version` buffers counted too, 2 more than the model's)
+    from fairseq import checkpoint_utils
+
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(corpus["bin"])})
+    assert report["full_params"] == n_params(models[0])
     full = full_generate(corpus, path, src, tgt)
     assert len(full) == 20
     words = [w for h in full.values() for w in h.split()]

@@ -390,7 +390,11 @@ def test_a_users_directory_is_never_replaced(tmp_path, capsys):
     code = cli.main(["prepare-data", "--force", "--out", str(tmp_path / "mine"), str(tmp_path / "in")])
     err = one_error_line(capsys.readouterr().err.strip())
     assert code == 2 and "did not write" in err and (tmp_path / "mine" / "notes.txt").read_bytes() == b"keep"
+    assert "did not write (notes.txt) and is not a prepared corpus" in err  # was: "(notes.txt, ...)" for one file
     assert sorted(os.listdir(tmp_path)) == ["in", "mine"]
+    _write(str(tmp_path / "mine" / "todo.txt"), b"keep")
+    assert cli.main(["prepare-data", "--out", str(tmp_path / "mine"), str(tmp_path / "in")]) == 2
+    assert "did not write (notes.txt, ...) and is not" in capsys.readouterr().err
 
 
 def test_cli_help_names_every_flag_and_ranges_are_checked(tmp_path, capsys):

@@ -205,3 +205,33 @@ def test_lsscore_ranks_languages_by_training_size(tmp_path, monkeypatch):
         assert langshare(["analyze", "clsr-lsscore", *gates, "--manifest", str(tmp_path / "manifest.json"),
                           "--out", str(tmp_path / "out")]) == 0
     assert seen == [["fr", "zh", "de"], ["zh", "de", "fr"]]
+
+
+def test_a_missing_corpus_names_the_command_that_builds_it(tmp_path):
+    """Was: `langshare prepare-corpus NAME --out ...`, NAME left for the user to guess, and no data source."""
+    missing = tmp_path / "corpora" / "ted8-diverse"
+    with pytest.raises(ValueError, match=rf"^{missing} is not a prepared corpus \(no manifest.json\): build it with "
+                                         rf"`langshare prepare-corpus ted8-diverse --out {missing} --download` "
+                                         r"\(or --mirror DIR: docs/recipes.md\), or pass --dry-run$"):
+        train_runner.run_recipe("latent_depth", "diverse-o2m", ["baseline"], str(missing), str(tmp_path / "runs"),
+                                tiny=True)
+
+
+def test_the_train_scripts_read_relative_paths_from_the_callers_directory(tmp_path):
+    """Was: train_common.sh changed into the repository first, so DATA_DIR=corpora meant the repo's corpora/ while
+    the data_<corpus>.sh scripts had written the caller's ("corpora/ted8-related is not a prepared corpus")."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    corpus = tmp_path / "corpora" / "ted8-related"
+    corpus.mkdir(parents=True)
+    (corpus / "manifest.json").write_text(json.dumps({"corpus": "ted8-related"}))
+    (corpus / "langs.txt").write_text("en\nqq\nzz\n")
+    (corpus / "lang_pairs.txt").write_text("en-qq,en-zz,qq-en,zz-en\n")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "recipes" / "train_latent_depth.sh"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DRY_RUN": "1", "TINY": "1",
+           "EXPERIMENTS": "related-o2m", "METHODS": "baseline", "DATA_DIR": "corpora", "OUT": "runs"}
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--langs en,qq,zz" in proc.stdout and "en-qq,en-zz" in proc.stdout, proc.stdout[-2000:]

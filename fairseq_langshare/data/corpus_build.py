@@ -233,7 +233,8 @@ def existing_build(out_dir, cfg, force, inputs=None):
         return None
     old = read_manifest(out_dir)
     if old is None:
-        raise ValueError(f"{out_dir} holds files this package did not write ({entries[0]}, ...) and is "
+        raise ValueError(f"{out_dir} holds files this package did not write ({entries[0]}"
+                         f"{', ...' if len(entries) > 1 else ''}) and is "
                          "not a prepared corpus; langshare never empties a directory it did not create: "
                          "choose another --out (a new or empty directory)")
     if not force:

@@ -52,12 +52,14 @@ class Corpus:
     pivot: str = "en"
 
     @classmethod
-    def read(cls, path, required=True):
+    def read(cls, path, required=True, name="NAME"):
+        """``name``: the corpus an experiment trains on, for the command that builds it."""
         manifest = os.path.join(path, "manifest.json")
         if not os.path.isfile(manifest):
             if required:
                 raise ValueError(f"{path} is not a prepared corpus (no manifest.json): build it with "
-                                 f"`langshare prepare-corpus NAME --out {path}` (or pass --dry-run)")
+                                 f"`langshare prepare-corpus {name} --out {path} --download` (or --mirror DIR: "
+                                 "docs/recipes.md), or pass --dry-run")
             return cls(path=path, exists=False)
         with open(manifest, encoding="utf-8") as f:
             try:

@@ -69,7 +69,7 @@ def run_recipe(paper_name, experiment_name, methods=None, data_dir=None, out_dir
     gpus = gpus or (1 if tiny else REAL_GPUS)
     if max_update is not None and max_update < 1:
         raise ValueError(f"--max-update {max_update}: give a positive number of updates")
-    corpus = Corpus.read(data_dir, required=not dry_run)
+    corpus = Corpus.read(data_dir, required=not dry_run, name=exp.corpus)
     if corpus.exists and corpus.name and corpus.name != exp.corpus and not any_corpus:
         raise ValueError(f"{data_dir} is the {corpus.name} corpus but {paper.name}/{exp.name} trains on {exp.corpus}: "
                          f"pass --data with `langshare prepare-corpus {exp.corpus}`'s output (or --any-corpus)")

@@ -5,8 +5,8 @@
 # `langshare prepare-corpus` wrote the corpora, one sub-directory per corpus name; default corpora),
 # OUT (default runs/recipes/PAPER), GPUS (default 8), MAX_UPDATE (override), EXTRA (more flags),
 # DRY_RUN=1 (print every command, run nothing), TINY=1 (tiny models, a few updates: smoke test).
+# Relative paths are the caller's working directory's, as for scripts/recipes/data_<corpus>.sh.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
 PAPER=$1
 EXPERIMENTS=${EXPERIMENTS:-$2}
 DATA_DIR=${DATA_DIR:-corpora}
