@@ -235,3 +235,34 @@ def test_the_train_scripts_read_relative_paths_from_the_callers_directory(tmp_pa
     proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "--langs en,qq,zz" in proc.stdout and "en-qq,en-zz" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_a_corpus_of_no_recipe_is_refused_without_any_corpus(tmp_path, monkeypatch):
+    """Was: a prepare-gettext corpus (no corpus name in its manifest) ran a TED experiment without a word."""
+    data = _recipe_corpus(tmp_path / "corpus")
+    with open(os.path.join(data, "manifest.json"), "w") as f:
+        json.dump({"builder": "prepare-gettext"}, f)
+    monkeypatch.setattr(train_runner, "execute", lambda run, *a: None)
+    with pytest.raises(ValueError, match=r"is a corpus of no recipe \(prepare-gettext, prepare-data\) but "
+                                         r"clsr/opus100-o2m trains on opus100: pass --data with `langshare "
+                                         r"prepare-corpus opus100`'s output \(or --any-corpus\)$"):
+        train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(tmp_path / "runs"), tiny=True)
+    train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(tmp_path / "runs"), tiny=True,
+                            any_corpus=True)
+
+
+def test_a_batch_sized_for_other_devices_is_said(tmp_path, monkeypatch, caplog):
+    """Was: --gpus 8 (the default) on a 1-device machine trained 1/8 of the paper's batch per update silently."""
+    import logging
+
+    data = _recipe_corpus(tmp_path / "corpus")
+    monkeypatch.setattr(train_runner, "execute", lambda run, *a: None)
+    monkeypatch.setattr(train_runner, "_devices", lambda: 1)
+    with caplog.at_level(logging.WARNING):
+        train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(tmp_path / "runs"), any_corpus=True)
+        assert ("--gpus 8 sizes each update for 8 GPUs (the paper's batch), but this machine trains on 1 device(s): "
+                "an update takes 1/8 of the paper's batch; pass --gpus 1 (a larger --update-freq)") in caplog.text
+        caplog.clear()
+        train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(tmp_path / "runs2"), any_corpus=True,
+                                gpus=1)
+        assert "sizes each update" not in caplog.text

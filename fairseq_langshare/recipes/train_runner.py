@@ -70,9 +70,15 @@ def run_recipe(paper_name, experiment_name, methods=None, data_dir=None, out_dir
     if max_update is not None and max_update < 1:
         raise ValueError(f"--max-update {max_update}: give a positive number of updates")
     corpus = Corpus.read(data_dir, required=not dry_run, name=exp.corpus)
-    if corpus.exists and corpus.name and corpus.name != exp.corpus and not any_corpus:
-        raise ValueError(f"{data_dir} is the {corpus.name} corpus but {paper.name}/{exp.name} trains on {exp.corpus}: "
+    if corpus.exists and corpus.name != exp.corpus and not any_corpus:
+        what = f"the {corpus.name} corpus" if corpus.name else "a corpus of no recipe (prepare-gettext, prepare-data)"
+        raise ValueError(f"{data_dir} is {what} but {paper.name}/{exp.name} trains on {exp.corpus}: "
                          f"pass --data with `langshare prepare-corpus {exp.corpus}`'s output (or --any-corpus)")
+    devices = _devices()
+    if not dry_run and not tiny and devices != gpus:
+        logger.warning("--gpus %d sizes each update for %d GPUs (the paper's batch), but this machine trains on %d "
+                       "device(s): an update takes %d/%d of the paper's batch; pass --gpus %d (a larger "
+                       "--update-freq)", gpus, gpus, devices, devices, gpus, devices)
     runs = []
     for name in methods_in_order(exp, methods):
         run = plan_run(paper, exp, exp.method(name), data_dir=data_dir, out_dir=out_dir, tiny=tiny, gpus=gpus,
@@ -89,6 +95,13 @@ def run_recipe(paper_name, experiment_name, methods=None, data_dir=None, out_dir
     for run in tqdm(runs, desc=f"recipe {paper.name}/{exp.name}", unit="run", file=sys.stderr):
         execute(run, data_dir, out_dir)
     return runs
+
+
+def _devices() -> int:
+    """The processes fairseq-train runs on here: one per visible GPU, else 1 (the CPU)."""
+    import torch
+
+    return torch.cuda.device_count() or 1
 
 
 # ----------------------------------------------------------------------------- dry run
@@ -292,7 +305,9 @@ def execute(run: Run, data_dir, out_dir):
                         corpus=Corpus.read(data_dir))
     evaluate_run(run, base, data_dir)
     for es in run.eval_sets:
-        compare_all(out_dir, es.name, run.exp.baseline, run.exp.evaluation.metrics)
+        written = compare_all(out_dir, es.name, run.exp.baseline, run.exp.evaluation.metrics)
+        if written:
+            logger.info("%s: the methods evaluated so far, side by side: %s", run.method.name, written)
     for cmd in after_commands(run):
         argv = shlex.split(cmd)[1:]
         out = argv[argv.index("--out") + 1] if "--out" in argv else None
