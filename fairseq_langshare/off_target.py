@@ -353,8 +353,10 @@ def add_to_comparison(cmp: Dict, systems: Dict[str, List[Dict]]) -> None:
     rated = [d for d in cmp["directions"] if all((r["directions"].get(d) or {}).get("off_target") is not None
                                                  for r in runs)]
     cmp["off_target"]["unrated"] = [d for d in cmp["directions"] if d not in rated]
-    cmp["off_target"]["runs_without_rates"] = [name for name, seeds in systems.items()
-                                               if any(not (r.get("off_target") or {}).get("identifier") for r in seeds)]
+    without = [name for name, seeds in systems.items()
+               if any(not (r.get("off_target") or {}).get("identifier") for r in seeds)]
+    if without:  # results from before evaluate measured the rates
+        cmp["off_target"]["runs_without_rates"] = without
     members = group_members({d: info.get("group") for d, info in cmp["directions"].items()})
     for name, seeds in systems.items():
         groups = list(cmp["systems"][name]["averages"])
