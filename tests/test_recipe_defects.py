@@ -266,3 +266,24 @@ def test_a_batch_sized_for_other_devices_is_said(tmp_path, monkeypatch, caplog):
         train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(tmp_path / "runs2"), any_corpus=True,
                                 gpus=1)
         assert "sizes each update" not in caplog.text
+
+
+def test_compare_says_when_its_runs_trained_for_different_updates(tmp_path):
+    """Was: a baseline retrained with --max-update 60 sat beside a method of 2 updates, with a verdict and
+    nothing saying so."""
+    from fairseq_langshare.evaluation import _averages
+
+    rows = {"en-de": {"train_size": 20000, "group": "high", "supervised": True, "bleu": 10.0, "chrf": 30.0,
+                      "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.0",
+                      "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.4.0",
+                      "spbleu": None, "spbleu_signature": None, "n": 20}}
+    runs = tmp_path / "runs"
+    for name, updates in (("baseline", 60), ("ll-d-12-24", 2)):
+        _checkpoint(str(runs / name / "checkpoints"), updates)
+        (runs / name / "results-test.json").write_text(json.dumps({"checkpoint": "x.pt", "directions": rows,
+                                                                   "averages": _averages(rows)}))
+    text = open(train_runner.compare_all(str(runs), "test", "baseline", ("bleu",))).read()
+    assert text.startswith("**Runs of different lengths** (updates trained: baseline 60, ll-d-12-24 2): a "
+                           "difference between them is also one of training."), text[:300]
+    _checkpoint(str(runs / "ll-d-12-24" / "checkpoints"), 60)
+    assert "different lengths" not in open(train_runner.compare_all(str(runs), "test", "baseline", ("bleu",))).read()

@@ -20,7 +20,7 @@ from ..atomic_files import write_text_atomic
 from .average_checkpoints import average_checkpoints, last_update_checkpoints
 from .experiment_plan import (REAL_GPUS, Corpus, Run, after_commands, check_updates, default_data_dir,
                               default_out_dir, evaluate_command, evaluate_kwargs, hydra_command, lookup, plan_run,
-                              train_argv)
+                              train_argv, trained_updates)
 
 logger = logging.getLogger(__name__)
 
@@ -290,6 +290,11 @@ def compare_all(runs_dir: str, eval_set: str, baseline: str, metrics):
     if not metrics:
         return None
     text = comparison.compare_markdown(results, base, tuple(metrics))
+    updates = {name: trained_updates(os.path.join(runs_dir, name, "checkpoints")) for name, _ in results}
+    if len(set(updates.values())) > 1:  # e.g. one method retrained with another --max-update
+        text = ("**Runs of different lengths** (updates trained: "
+                + ", ".join(f"{name} {n}" for name, n in updates.items())
+                + "): a difference between them is also one of training.\n\n" + text)
     return write_text_atomic(os.path.join(runs_dir, f"compare-{eval_set}.md"), text)
 
 
