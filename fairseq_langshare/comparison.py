@@ -385,11 +385,10 @@ def _run(args):
         if path:  # fail now, not after the tests; never over a file compare did not write
             check_writable(path, flag, inputs=[*inputs, *others], command="compare", held=held_unless(kind, "compare"))
     metrics = tuple(_csv(args.metrics))
-    if not metrics or any(m not in METRICS for m in metrics):
-        print(f"langshare compare: error: --metrics {args.metrics!r}: pass one or more of {', '.join(METRICS)}, "
-              "comma-separated", file=sys.stderr)
-        raise SystemExit(2)
     try:
+        if not metrics or any(m not in METRICS for m in metrics):
+            raise EvaluationError(f"--metrics {args.metrics!r}: pass one or more of {', '.join(METRICS)}, "
+                                  "comma-separated")
         cmp = compare(read_runs(args.results), args.baseline, metrics,
                       test=not args.no_significance, n_samples=args.bootstrap_samples)
         names = list(cmp["systems"])

@@ -10,7 +10,7 @@ import re
 from typing import Callable, Optional
 
 __all__ = ["EVALUATE_JSON", "EVALUATE_MARKDOWN", "COMPARE_JSON", "COMPARE_MARKDOWN", "COMPARE_MARKDOWN_TITLE",
-           "HEAD_TO_HEAD_JSON", "json_kind", "file_kind", "evaluated_checkpoint", "held_unless"]
+           "HEAD_TO_HEAD_JSON", "json_kind", "file_kind", "held_unless"]
 
 EVALUATE_JSON = "a `langshare evaluate` results file"
 EVALUATE_MARKDOWN = "a `langshare evaluate` markdown table"
@@ -46,10 +46,7 @@ def _text(path) -> Optional[str]:
         return None
 
 
-def file_kind(path) -> Optional[str]:
-    """The kind of the file at ``path`` (JSON, evaluate's or compare's markdown), None when it is none of them or
-    unreadable."""
-    text = _text(path)
+def _text_kind(text: Optional[str]) -> Optional[str]:
     if text is None:
         return None
     if text.lstrip().startswith(_MARKDOWN_STARTS):
@@ -62,9 +59,14 @@ def file_kind(path) -> Optional[str]:
         return None
 
 
-def evaluated_checkpoint(path) -> Optional[str]:
-    """The checkpoint whose results an evaluate output (JSON or markdown) at ``path`` holds, None when unknown."""
-    text = _text(path) or ""
+def file_kind(path) -> Optional[str]:
+    """The kind of the file at ``path`` (JSON, evaluate's or compare's markdown), None when it is none of them or
+    unreadable."""
+    return _text_kind(_text(path))
+
+
+def _text_checkpoint(text: str) -> Optional[str]:
+    """The checkpoint whose results an evaluate output (JSON or markdown) holds, None when unknown."""
     match = _MARKDOWN_CHECKPOINT.match(text.lstrip())
     if match:
         return match.group(1)
@@ -79,10 +81,11 @@ def held_unless(kind: str, command: str, checkpoint: Optional[str] = None) -> Ca
     """For ``atomic_files.check_writable(held=...)``: what an existing file holds, unless it is an output of ``kind``
     that ``command`` may replace (an evaluate output: of ``checkpoint``, when given)."""
     def held(path) -> Optional[str]:
-        found = file_kind(path)
+        text = _text(path)  # read once: its kind, then whose results
+        found = _text_kind(text)
         if found != kind:
             return found or f"a file {command} did not write"
-        other = evaluated_checkpoint(path) if checkpoint is not None else None
+        other = _text_checkpoint(text) if checkpoint is not None else None
         if other is not None and os.path.abspath(other) != os.path.abspath(checkpoint):
             return f"the results of another checkpoint ({other})"
         return None

@@ -104,12 +104,11 @@ def _read_direction(job):
             inp = inputs[split]
             rows, n = [], 0
             for n, (a, b) in enumerate(_normalised(inp), 1):
-                if a and b:
+                why = _empty_side(a, b)
+                if why is None:
                     rows.append((a, b))
-                elif a or b:
-                    out["removed"][f"{split}_one_side_empty"] = out["removed"].get(f"{split}_one_side_empty", 0) + 1
                 else:
-                    out["removed"][f"{split}_empty"] = out["removed"].get(f"{split}_empty", 0) + 1
+                    out["removed"][f"{split}_{why}"] = out["removed"].get(f"{split}_{why}", 0) + 1
             out["read"][split] = n
             out["given"][split] = rows
     if "train" in inputs:
