@@ -62,6 +62,7 @@ def test_recipe_refuses_a_run_trained_for_more_updates_before_training_anything(
     executed = []
     monkeypatch.setattr(train_runner, "execute", lambda run, *a: executed.append(run.method.name))
     _checkpoint(os.path.join(out, "clsr-p0.3", "checkpoints"), 10)
+    open(os.path.join(out, "clsr-p0.3", train_runner.EARLIER_RUN_FILE), "w").close()  # a recipe's run, before recipe.json
 
     def run(updates):
         return train_runner.run_recipe("clsr", "opus100-o2m", ["clsr-p0.3"], data, out, tiny=True,
@@ -282,8 +283,36 @@ def test_compare_says_when_its_runs_trained_for_different_updates(tmp_path):
         _checkpoint(str(runs / name / "checkpoints"), updates)
         (runs / name / "results-test.json").write_text(json.dumps({"checkpoint": "x.pt", "directions": rows,
                                                                    "averages": _averages(rows)}))
-    text = open(train_runner.compare_all(str(runs), "test", "baseline", ("bleu",))).read()
+    title, _, text = open(train_runner.compare_all(str(runs), "test", "baseline", ("bleu",))).read().partition("\n\n")
+    assert title == train_runner.COMPARE_TITLE + "baseline, ll-d-12-24 (test set)"
     assert text.startswith("**Runs of different lengths** (updates trained: baseline 60, ll-d-12-24 2): a "
                            "difference between them is also one of training."), text[:300]
     _checkpoint(str(runs / "ll-d-12-24" / "checkpoints"), 60)
     assert "different lengths" not in open(train_runner.compare_all(str(runs), "test", "baseline", ("bleu",))).read()
+
+
+def test_recipe_refuses_an_out_directory_holding_files_no_recipe_wrote(tmp_path, monkeypatch):
+    """Was: `recipe run ... --out ~/notes` trained into ~/notes/baseline and wrote ~/notes/compare-test.md
+    over the user's files of those names."""
+    data, out = _recipe_corpus(tmp_path / "corpus"), tmp_path / "runs"
+    executed = []
+    monkeypatch.setattr(train_runner, "execute", lambda run, *a: executed.append(run.method.name))
+    (out / "baseline").mkdir(parents=True)
+    (out / "baseline" / "my-notes.txt").write_text("mine\n")
+    for dry_run in (True, False):
+        with pytest.raises(ValueError, match=rf"^--out {out} holds baseline, which no recipe run wrote: pass a new "
+                                             r"or empty directory \(one per experiment\)$"):
+            train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(out), tiny=True, any_corpus=True,
+                                    dry_run=dry_run)
+    (out / "baseline" / "my-notes.txt").unlink()
+    (out / "compare-test.md").write_text("mine\n")
+    with pytest.raises(ValueError, match=r"holds compare-test.md, which no recipe run wrote"):
+        train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(out), tiny=True, any_corpus=True)
+    assert (out / "compare-test.md").read_text() == "mine\n" and executed == []
+    (out / "compare-test.md").unlink()
+    runs = train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(out), tiny=True, any_corpus=True)
+    train_runner.record_run(runs[0], data)  # what training writes first into a run directory
+    train_runner.compare_all(str(out), "test", "baseline", ("bleu",))  # no results yet: nothing written
+    (out / "compare-test.md").write_text(train_runner.COMPARE_TITLE + "an earlier comparison\n")
+    train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(out), tiny=True, any_corpus=True)
+    assert executed == ["baseline", "baseline"]  # its own run directory and comparison are taken up again

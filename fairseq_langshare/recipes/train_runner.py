@@ -12,6 +12,7 @@ import contextlib
 import logging
 import json
 import os
+import re
 import shlex
 import sys
 from typing import List
@@ -69,6 +70,7 @@ def run_recipe(paper_name, experiment_name, methods=None, data_dir=None, out_dir
     gpus = gpus or (1 if tiny else REAL_GPUS)
     if max_update is not None and max_update < 1:
         raise ValueError(f"--max-update {max_update}: give a positive number of updates")
+    check_out_dir(out_dir)
     corpus = Corpus.read(data_dir, required=not dry_run, name=exp.corpus)
     if corpus.exists and corpus.name != exp.corpus and not any_corpus:
         what = f"the {corpus.name} corpus" if corpus.name else "a corpus of no recipe (prepare-gettext, prepare-data)"
@@ -197,6 +199,8 @@ def _training_log(path):
 
 
 RUN_RECORD = "recipe.json"  # in a run directory: whose run it is
+EARLIER_RUN_FILE = "train_command.sh"  # what a run directory of a version without RUN_RECORD holds
+COMPARE_TITLE = "Methods evaluated so far by `langshare recipe run`, side by side: "  # compare-<set>.md's first line
 
 
 def _identity(run: Run, data_dir) -> dict:
@@ -208,6 +212,28 @@ def record_run(run: Run, data_dir) -> None:
     """Write which paper, experiment, method and corpus ``run``'s directory holds (``check_run_dir``)."""
     os.makedirs(run.run_dir, exist_ok=True)
     write_text_atomic(os.path.join(run.run_dir, RUN_RECORD), json.dumps(_identity(run, data_dir), indent=1) + "\n")
+
+
+def check_out_dir(out_dir) -> None:
+    """Refuse an experiment directory that holds something no recipe run wrote (a run directory holds
+    RUN_RECORD, a comparison starts with COMPARE_TITLE): training and comparing would write over it."""
+    if not os.path.isdir(out_dir):
+        return
+    for name in sorted(os.listdir(out_dir)):
+        path = os.path.join(out_dir, name)
+        if os.path.isdir(path):
+            ours = not os.listdir(path) or any(os.path.isfile(os.path.join(path, f))
+                                               for f in (RUN_RECORD, EARLIER_RUN_FILE))
+        else:
+            ours = re.fullmatch(r"compare-.+\.md", name) is not None and _starts_with(path, COMPARE_TITLE)
+        if not ours:
+            raise ValueError(f"--out {out_dir} holds {name}, which no recipe run wrote: pass a new or empty "
+                             "directory (one per experiment)")
+
+
+def _starts_with(path, text: str) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read(len(text)) == text
 
 
 def check_run_dir(run: Run, data_dir) -> None:
@@ -295,6 +321,7 @@ def compare_all(runs_dir: str, eval_set: str, baseline: str, metrics):
         text = ("**Runs of different lengths** (updates trained: "
                 + ", ".join(f"{name} {n}" for name, n in updates.items())
                 + "): a difference between them is also one of training.\n\n" + text)
+    text = f"{COMPARE_TITLE}{', '.join(name for name, _ in results)} ({eval_set} set)\n\n{text}"
     return write_text_atomic(os.path.join(runs_dir, f"compare-{eval_set}.md"), text)
 
 
