@@ -316,3 +316,22 @@ def test_recipe_refuses_an_out_directory_holding_files_no_recipe_wrote(tmp_path,
     (out / "compare-test.md").write_text(train_runner.COMPARE_TITLE + "an earlier comparison\n")
     train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(out), tiny=True, any_corpus=True)
     assert executed == ["baseline", "baseline"]  # its own run directory and comparison are taken up again
+
+
+def test_dry_run_names_the_corpus_it_was_given(tmp_path):
+    """Was: `--any-corpus` with a prepare-data corpus printed "# corpus DIR (opus100, ...)", the recipe's corpus."""
+    data = _recipe_corpus(tmp_path / "corpus")
+    with open(os.path.join(data, "manifest.json"), "w") as f:
+        json.dump({"corpus": None}, f)  # prepare-data's own
+    out = io.StringIO()
+    train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(tmp_path / "runs"), tiny=True,
+                            any_corpus=True, dry_run=True, stream=out)
+    header = [line for line in out.getvalue().splitlines() if line.startswith("# corpus ")]
+    assert header == [f"# corpus {data} (a corpus of no recipe, in place of the recipe's opus100; o2m directions); "
+                      f"runs under {tmp_path / 'runs'}"]
+    out = io.StringIO()
+    with open(os.path.join(data, "manifest.json"), "w") as f:
+        json.dump({"corpus": "opus100"}, f)
+    train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(tmp_path / "runs"), tiny=True,
+                            dry_run=True, stream=out)
+    assert f"# corpus {data} (opus100; o2m directions); " in out.getvalue()

@@ -90,7 +90,7 @@ def run_recipe(paper_name, experiment_name, methods=None, data_dir=None, out_dir
         check_run_dir(run, data_dir)
         runs.append(run)
     if dry_run:
-        print_plan(runs, data_dir, out_dir, gpus, tiny, stream)
+        print_plan(runs, corpus, out_dir, gpus, tiny, stream)
         return runs
     from tqdm import tqdm
 
@@ -107,8 +107,8 @@ def _devices() -> int:
 
 
 # ----------------------------------------------------------------------------- dry run
-def print_plan(runs: List[Run], data_dir, out_dir, gpus, tiny, stream):
-    first = runs[0]
+def print_plan(runs: List[Run], corpus: Corpus, out_dir, gpus, tiny, stream):
+    first, data_dir = runs[0], corpus.path
     paper, exp = first.paper, first.exp
     batch = first.config["dataset"]
     per = batch.get("max_tokens") or batch.get("batch_size")
@@ -116,7 +116,10 @@ def print_plan(runs: List[Run], data_dir, out_dir, gpus, tiny, stream):
     uf = first.config["optimization"]["update_freq"]
     print(f"# {paper.title}", file=stream)
     print(f"# experiment {exp.name}: {exp.reproduces} (papers/{paper.paper_file})", file=stream)
-    print(f"# corpus {data_dir} ({exp.corpus}, {exp.direction} directions); runs under {out_dir}", file=stream)
+    which = exp.corpus
+    if corpus.exists and corpus.name != exp.corpus:  # --any-corpus
+        which = f"{corpus.name or 'a corpus of no recipe'}, in place of the recipe's {exp.corpus}"
+    print(f"# corpus {data_dir} ({which}; {exp.direction} directions); runs under {out_dir}", file=stream)
     print(f"# batch: {per} {unit} x {gpus} device(s) x update-freq {uf} "
           f"(paper: {exp.batch.size} {exp.batch.unit}; {exp.batch.source})", file=stream)
     print(f"# decoding: beam {exp.evaluation.beam}, lenpen {exp.evaluation.lenpen}; "
