@@ -613,7 +613,8 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
         untrained = [d for d in corpus.manifest.get("zero_shot_pairs") or [] if d not in trained
                      and all(c in langs for c in d.split("-")) and corpus.missing(split, *d.split("-")) is None]
         if untrained:
-            logger.warning("the corpus also has zero-shot directions %s; pass --directions to score them",
+            logger.warning("the corpus also has zero-shot directions %s, not scored here (`langshare evaluate "
+                           "--directions` scores them)",
                            ",".join(untrained))
     else:
         given = directions

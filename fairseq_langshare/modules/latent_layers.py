@@ -320,8 +320,8 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
             warnings.warn(
                 f"{share:.0%} of the {self.name} stack's selection posteriors are undecided (between {1 - DECISIVE:.1f} "
                 f"and {DECISIVE:.1f}): inference runs the {self.keep_rule} decision ({float(kept):.1f} layers per "
-                "language on average), a network training only sampled; train with --latent-commit-updates so that "
-                "the last phase trains the network that is decoded", stacklevel=3)
+                "language on average), a network training only sampled; train longer (a larger --max-update), or with "
+                "--latent-commit-updates so that the last phase trains the network that is decoded", stacklevel=3)
 
     def prepare(self, lang_ids: Optional[Tensor]) -> None:
         if lang_ids is None:
