@@ -3,8 +3,9 @@ a run trained for other updates is refused, not relabelled; an interrupted or fa
 runs again; ``compare`` and head-to-head refuse outputs they cannot or must not write, before
 any work; Figure 6 ranks languages by training size."""
 
-import json
 import io
+import json
+import logging
 import os
 
 import pytest
@@ -335,3 +336,17 @@ def test_dry_run_names_the_corpus_it_was_given(tmp_path):
     train_runner.run_recipe("clsr", "opus100-o2m", ["baseline"], data, str(tmp_path / "runs"), tiny=True,
                             dry_run=True, stream=out)
     assert f"# corpus {data} (opus100; o2m directions); " in out.getvalue()
+
+
+def test_the_recipe_console_leaves_fairseqs_config_dump_to_the_log():
+    """Was: `recipe run` printed fairseq-train's whole configuration (`logger.info(cfg)`, one line of
+    thousands of characters) on the console; it belongs in train.log only."""
+    from omegaconf import OmegaConf
+
+    def shown(name, msg, level=logging.INFO):
+        return train_runner._ConsoleFilter().filter(logging.LogRecord(name, level, __file__, 1, msg, None, None))
+
+    assert not shown("fairseq_cli.train", OmegaConf.create({"common": {"seed": 1}, "task": {"langs": "en,de"}}))
+    assert shown("fairseq_cli.train", "training on 1 devices (GPUs/TPUs)")
+    assert shown("train_inner", "epoch 001:     10 / 20 loss=9.1")
+    assert shown("fairseq.trainer", "NOTE: gradient overflow detected", logging.WARNING)

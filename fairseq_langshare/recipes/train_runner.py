@@ -169,7 +169,8 @@ class _ConsoleFilter(logging.Filter):
     def filter(self, record):
         if record.levelno >= logging.WARNING or record.name in ("train_inner", "train", "valid"):
             return True
-        return record.name == "fairseq_cli.train" and "\n" not in record.getMessage()  # not the model's repr
+        # not the model's repr (lines) nor the configuration (fairseq's logger.info(cfg))
+        return record.name == "fairseq_cli.train" and isinstance(record.msg, str) and "\n" not in record.getMessage()
 
 
 @contextlib.contextmanager
