@@ -37,12 +37,13 @@ from .result_kinds import (COMPARE_JSON, EVALUATE_JSON, EVALUATE_MARKDOWN, HEAD_
                            json_kind)
 from .command_line import add_command
 from . import off_target
-from .data.binarized import LEAVE_OUT, BinarizedDataError, sentence_count
+from .data.binarized import BinarizedDataError, sentence_count
 from .direction_groups import group_members
 from .interrupts import interrupts_kept
 from .option_ranges import Range
 
 logger = logging.getLogger(__name__)
+LEAVE_OUT = "(evaluate --directions)"  # how evaluate leaves a direction out (BinarizedDataError.fix)
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SUPPORTED_TASKS = ("multilingual_langshare", "translation_multi_simple_epoch")
@@ -357,8 +358,10 @@ class _Corpus:
 
         try:
             check_binarized(split, self.bin, src, tgt)  # what fairseq-generate's task checks, before decoding
-        except (BinarizedDataError, FileNotFoundError) as e:
-            raise EvaluationError(str(e).replace(LEAVE_OUT, "(evaluate --directions)")) from None
+        except BinarizedDataError as e:
+            raise EvaluationError(e.fix(LEAVE_OUT)) from None
+        except FileNotFoundError as e:
+            raise EvaluationError(str(e)) from None
         refs = self.reference_path(split, src, tgt)
         with open(refs, encoding="utf-8") as f:
             n_refs = sum(1 for _ in f)
@@ -370,7 +373,7 @@ class _Corpus:
             try:
                 n = sentence_count(prefix)
             except BinarizedDataError as e:
-                raise EvaluationError(str(e).replace(LEAVE_OUT, "(evaluate --directions)")) from None
+                raise EvaluationError(e.fix(LEAVE_OUT)) from None
             if n is not None and n != n_refs:
                 raise EvaluationError(f"{refs} has {n_refs} lines but {prefix}.bin holds {n} sentences: raw/ and bin/ "
                                       f"of the corpus are out of sync; rebuild the corpus (langshare prepare-data/prepare-gettext) "

@@ -12,15 +12,24 @@ import struct
 
 import numpy as np
 
-__all__ = ["BinarizedDataError", "sentence_count", "LEAVE_OUT"]
+__all__ = ["BinarizedDataError", "sentence_count"]
 
 _MAGIC = b"MMIDIDX\x00\x00"
 _HEADER = len(_MAGIC) + 8 + 1 + 8  # magic, version, dtype code, number of sentences
-LEAVE_OUT = "(--lang-pairs, -s/-t)"  # fairseq's flags that leave a direction out; a command with its own replaces it
+FAIRSEQ_LEAVE_OUT = "(--lang-pairs, -s/-t)"  # fairseq's flags that leave a direction out
 
 
 class BinarizedDataError(ValueError):
-    pass
+    """A binarized data set fairseq cannot train or decode on. ``direction``: the direction a command could leave
+    out instead (an empty set); ``fix(flags)`` names that command's flags for it."""
+
+    def __init__(self, problem: str, direction: str = None):
+        self.problem, self.direction = problem, direction
+        super().__init__(self.fix(FAIRSEQ_LEAVE_OUT))
+
+    def fix(self, leave_out_flags: str) -> str:
+        """The message, with ``leave_out_flags`` (e.g. "(evaluate --directions)") as the way to leave the direction out."""
+        return self.problem if self.direction is None else f"{self.problem} or leave {self.direction} out {leave_out_flags}"
 
 
 def _what(prefix: str) -> str:
@@ -46,7 +55,7 @@ def sentence_count(prefix: str):
     n = struct.unpack("<Q", header[-8:])[0]
     if n == 0:
         raise BinarizedDataError(f"{idx}: {_what(prefix)} is empty (0 sentences): binarize a non-empty set with "
-                                 f"fairseq-preprocess or leave {_what(prefix).split()[-1]} out {LEAVE_OUT}")
+                                 "fairseq-preprocess", direction=_what(prefix).split()[-1])
     expected = _HEADER + n * (4 + 8)  # an int32 size and an int64 offset per sentence
     if size < expected:
         raise BinarizedDataError(f"{idx} is truncated or corrupt ({size} bytes; its header announces {n} sentences, "
