@@ -27,8 +27,8 @@ from ..checkpoint_safety import require_checkpoint
 from .figures import new_figure
 from .saved_config import config_value, trained_codes
 
-__all__ = ["utilisation_from_state", "utilisation_from_logs", "plot_utilisation", "plot_training", "analyze",
-           "add_analysis"]
+__all__ = ["utilisation_from_state", "TrainingLog", "utilisation_from_logs", "plot_utilisation", "plot_training",
+           "analyze", "add_analysis"]
 
 STACKS = {"encoder": "enc", "decoder": "dec"}
 _SIMPLE = re.compile(r"([A-Za-z_][\w]*)=([-+0-9.eE]+|nan|inf)")
@@ -77,31 +77,40 @@ def utilisation_from_state(state, source: str = "the checkpoint") -> Dict:
     return stacks
 
 
-def _records(path) -> List[Dict]:
-    records = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            start = line.find("{")
-            record = None
-            if start >= 0:
-                try:
-                    record = json.loads(line[start:])
-                except ValueError:
-                    record = None
-            if record is None and "stat_" in line:
-                record = {k: v for k, v in _SIMPLE.findall(line)}
-            if isinstance(record, dict) and record:
-                records.append(record)
-    return records
+_SAVE_DIR = re.compile(r"'save_dir': '((?:[^'\\]|\\.)*)'")
 
 
-def utilisation_from_logs(paths: Sequence, stack: str) -> Dict:
+class TrainingLog:
+    """One fairseq-train log (``--log-file``), read once: its per-update ``records`` (json or simple
+    format) and the ``save_dirs`` of every start it logs (fairseq logs its whole config when it starts:
+    ``{'_name': None, 'common': ..., 'checkpoint': {..., 'save_dir': ...}}``)."""
+
+    def __init__(self, path):
+        self.path, self.records, self.save_dirs = str(path), [], []
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if "{'_name'" in line:
+                    self.save_dirs += [m.group(1) for m in [_SAVE_DIR.search(line)] if m]
+                start = line.find("{")
+                record = None
+                if start >= 0:
+                    try:
+                        record = json.loads(line[start:])
+                    except ValueError:
+                        record = None
+                if record is None and "stat_" in line:
+                    record = {k: v for k, v in _SIMPLE.findall(line)}
+                if isinstance(record, dict) and record:
+                    self.records.append(record)
+
+
+def utilisation_from_logs(logs: Sequence[TrainingLog], stack: str) -> Dict:
     """u_l per logged training update: {"updates": [...], "utilisation": [[u_1..u_L] per update]}
     from the ``stat_<enc|dec>_u_<l>`` values of fairseq's per-update training records."""
     key = re.compile(rf"^stat_{STACKS[stack]}_u_(\d+)$")
     by_update = {}
-    for path in paths:
-        for record in _records(path):
+    for log in logs:
+        for record in log.records:
             if "num_updates" not in record:
                 continue
             layers = {int(m.group(1)): float(v) for k, v in record.items() for m in [key.match(k)] if m}
@@ -111,32 +120,22 @@ def utilisation_from_logs(paths: Sequence, stack: str) -> Dict:
     return {"updates": updates, "utilisation": [by_update[u] for u in updates]}
 
 
-_SAVE_DIR = re.compile(r"'save_dir': '((?:[^'\\]|\\.)*)'")
-
-
-def logged_save_dirs(path) -> List[str]:
-    """The --save-dir of every fairseq-train start logged in ``path`` (fairseq logs its whole config
-    when it starts, in --log-file and on the console: ``{'_name': None, 'common': ..., 'checkpoint':
-    {..., 'save_dir': ...}}``)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return [m.group(1) for line in f if "{'_name'" in line for m in [_SAVE_DIR.search(line)] if m]
-
-
-def check_logs_match(logs: Sequence, state, stacks: Dict, source: str) -> None:
+def check_logs_match(logs: Sequence[TrainingLog], state, stacks: Dict, source: str) -> None:
     """A one-line ValueError when a --log is not of the run that wrote the checkpoint: it started
     with another --save-dir, or it logs another number of latent layers."""
     save_dir = config_value(config_value(state.get("cfg") or {}, "checkpoint"), "save_dir")
     for log in logs:
-        other = sorted({d for d in logged_save_dirs(log) if save_dir is not None and d != str(save_dir)})
+        other = sorted({d for d in log.save_dirs if save_dir is not None and d != str(save_dir)})
         if other:
-            raise ValueError(f"--log {log} is the log of a run saving to {other[0]!r}, and {source} was saved by the "
-                             f"run saving to {str(save_dir)!r}: pass the --log-file of the run that wrote the checkpoint")
+            raise ValueError(f"--log {log.path} is the log of a run saving to {other[0]!r}, and {source} was saved by "
+                             f"the run saving to {str(save_dir)!r}: pass the --log-file of the run that wrote the "
+                             "checkpoint")
     for stack, stats in stacks.items():
         counts = {len(u) for u in stats["training"]["utilisation"]}
         if counts != {stats["layers"]}:
-            raise ValueError(f"--log {', '.join(map(str, logs))} logs {'/'.join(map(str, sorted(counts)))} {stack} "
-                             f"layers, and {source} has {stats['layers']}: pass the --log-file of the run that wrote "
-                             "the checkpoint")
+            raise ValueError(f"--log {', '.join(log.path for log in logs)} logs {'/'.join(map(str, sorted(counts)))} "
+                             f"{stack} layers, and {source} has {stats['layers']}: pass the --log-file of the run that "
+                             "wrote the checkpoint")
 
 
 def plot_utilisation(stats: Dict, stack: str, path) -> Path:
@@ -187,14 +186,15 @@ def analyze(checkpoint, out_dir, logs: Sequence = (), verbose: bool = True) -> D
     for log in logs:
         if not Path(log).is_file():
             raise FileNotFoundError(f"no training log {log}: pass the file fairseq-train wrote with --log-file")
+    logs = [TrainingLog(log) for log in logs]
     state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
     stacks = utilisation_from_state(state, source=str(path))
     for stack, stats in stacks.items():  # read before anything is written: a wrong --log leaves --out as it was
         if logs:
             history = utilisation_from_logs(logs, stack)
             if not history["updates"]:
-                raise ValueError(f"no stat_{STACKS[stack]}_u_* values in {', '.join(map(str, logs))}: pass the log of a "
-                                 "latent_depth_transformer run (fairseq-train --log-format json or simple)")
+                raise ValueError(f"no stat_{STACKS[stack]}_u_* values in {', '.join(log.path for log in logs)}: pass "
+                                 "the log of a latent_depth_transformer run (fairseq-train --log-format json or simple)")
             stats["training"] = history
     if logs:
         check_logs_match(logs, state, stacks, str(path))
