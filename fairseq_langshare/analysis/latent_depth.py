@@ -193,8 +193,9 @@ def analyze(checkpoint, out_dir, logs: Sequence = (), verbose: bool = True) -> D
         if logs:
             history = utilisation_from_logs(logs, stack)
             if not history["updates"]:
-                raise ValueError(f"no stat_{STACKS[stack]}_u_* values in {', '.join(log.path for log in logs)}: pass "
-                                 "the log of a latent_depth_transformer run (fairseq-train --log-format json or simple)")
+                raise ValueError(f"no stat_{STACKS[stack]}_u_* values in {', '.join(log.path for log in logs)}: "
+                                 "pass the log of a latent_depth_transformer run (fairseq-train --log-format json or "
+                                 "simple)")
             stats["training"] = history
     if logs:
         check_logs_match(logs, state, stacks, str(path))
