@@ -132,6 +132,10 @@ HYDRA_OVERRIDES = {
 }
 
 
+# without GPUs: the plugin, loaded after fairseq initialised the ranks, cannot replace NCCL by gloo as it does for fairseq-train
+HYDRA_CPU_OVERRIDE = "distributed_training.distributed_backend=gloo"
+
+
 def check_training_is_distributed() -> None:
     """A training run about to start in a process a launcher started as one rank of several must be
     distributed. It is not when the plugin loaded after fairseq decided (``fairseq-hydra-train``
@@ -139,12 +143,14 @@ def check_training_is_distributed() -> None:
     overrides that say what the launcher knows, rather than train alone into a shared save dir."""
     import torch.distributed as dist
 
-    found = launcher_placement(os.environ, torch.cuda.device_count(), 0)
+    gpus = torch.cuda.device_count()
+    found = launcher_placement(os.environ, gpus, 0)
     if found is None or (dist.is_available() and dist.is_initialized()):
         return
+    overrides = HYDRA_OVERRIDES[found["launcher"]] + ("" if gpus else f" {HYDRA_CPU_OVERRIDE}")
     raise ValueError(f"this process is rank {found['rank']} of the {found['world_size']} {found['launcher']} started, "
                      "but fairseq is training it alone (fairseq-hydra-train reads the launcher's variables before it "
-                     f"loads the plugin): add {HYDRA_OVERRIDES[found['launcher']]} (docs/scale.md)")
+                     f"loads the plugin): add {overrides} (docs/scale.md)")
 
 
 def install() -> None:

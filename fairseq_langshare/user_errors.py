@@ -6,7 +6,9 @@ travel through fairseq's code, so importing the package there (``--user-dir``) i
 that prints an uncaught error *raised by the plugin* the way argparse reports a bad option,
 ``fairseq-train: error: <message>``, instead of a traceback (exit status 1, as before). Nothing of fairseq is
 patched: fairseq's own errors keep their traceback, and so does every error outside a fairseq console script
-(tests, notebooks, library use). ``LANGSHARE_TRACEBACK=1`` keeps the traceback everywhere.
+(tests, notebooks, library use). ``LANGSHARE_TRACEBACK=1`` keeps the traceback everywhere. Under
+``fairseq-hydra-train`` the plugin sets ``HYDRA_FULL_ERROR=1`` (unless set), so that hydra raises a job's error
+to the hook instead of printing it with a traceback itself; fairseq's own errors then show hydra's frames too.
 
 An error is the plugin's when its class is defined in the package, or when the package's code raised it with a
 ``raise`` statement (a deliberate refusal, not a bug surfacing from a call), or when such an error is what a
@@ -88,6 +90,8 @@ def install() -> None:
     prog = fairseq_cli()
     if prog is None or os.environ.get("LANGSHARE_TRACEBACK") or getattr(sys.excepthook, "_langshare", False):
         return
+    if prog == "fairseq-hydra-train":  # hydra prints a job's error with its traceback unless told to raise it
+        os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     previous = sys.excepthook
 
     def excepthook(exc_type, error, tb):

@@ -97,6 +97,25 @@ def test_torchrun_fairseq_hydra_train_with_the_launcher_overrides(corpus, tmp_pa
     assert_two_ranks_trained(out, "lsl", updates=3)
 
 
+def test_a_hydra_rank_training_alone_is_refused_in_one_line_with_the_overrides_it_needs(corpus, tmp_path):
+    """Was: the refusal came inside hydra's traceback, and its overrides left fairseq's NCCL in place, so
+    following it on a CPU machine stopped every rank ("Distributed package doesn't have NCCL built in")."""
+    env = clean_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2", RANK="1", LOCAL_RANK="1")
+    proc = subprocess.run([str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "configs"), "--config-name",
+                           "demo", f"common.user_dir={PKG_DIR}", f"task.data={corpus['bin']}", "task.langs='en,xx,yy'",
+                           "task.lang_pairs='en-xx,en-yy'", "model._name=langshare_transformer_tiny",
+                           "optimization.max_update=3", f"checkpoint.save_dir={tmp_path / 'ckpt'}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    line, = [line for line in proc.stderr.splitlines() if "error:" in line]
+    expected = distributed_launch.HYDRA_OVERRIDES["torchrun"] + " distributed_training.distributed_backend=gloo"
+    assert line == ("fairseq-hydra-train: error: this process is rank 1 of the 2 torchrun started, but fairseq is "
+                    "training it alone (fairseq-hydra-train reads the launcher's variables before it loads the "
+                    f"plugin): add {expected} (docs/scale.md)")
+    assert not list((tmp_path / "ckpt").iterdir())  # fairseq made it at start, nothing was trained into it
+
+
 def test_torchrun_two_nodes_train_latent_depth_across_its_commit_and_one_process_resumes(corpus, tmp_path):
     """Commit at update 1 (a 32nd of 4, at least 1): the layers no language keeps are named once;
     then one process with --update-freq 2 resumes the committed model (2 -> 1)."""
