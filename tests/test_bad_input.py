@@ -201,6 +201,17 @@ def test_sparse_t_bar_past_max_update_is_refused_at_start_up(corpus, tmp_path, c
     assert line.startswith("fairseq-train: error: --sparse-layer-t-bar 30 is past --max-update 20: ")
 
 
+@pytest.mark.parametrize("flag", ["--fp16", "--memory-efficient-fp16"])
+def test_half_precision_on_the_cpu_is_refused_at_start_up(corpus, tmp_path, flag):
+    """Was: `--cpu --fp16` (kept from a GPU command line) stopped in fairseq's trainer with an AssertionError
+    traceback ("Torch not compiled with CUDA enabled"), on every rank under torchrun."""
+    line = fairseq_error(train, task_args(corpus) + TRAIN + ["--arch", "langshare_transformer_tiny", "--cpu", flag,
+                                                              "--save-dir", str(tmp_path / "s"), "--max-update", "2"])
+    assert line == (f"fairseq-train: error: {flag} with --cpu: fairseq's float16 training needs CUDA; drop {flag} "
+                    "(or --cpu, on a GPU)")
+    assert not list((tmp_path / "s").iterdir())
+
+
 # ----------------------------------------------------------------------------- fairseq CLI flags and data
 
 @pytest.mark.parametrize("case", ["lsl-spec", "clsr-budget", "latent-depth", "sparse-budget", "task-without-ids",

@@ -205,6 +205,17 @@ class ResumedPastMaxUpdate(RuntimeError):
     first makes it save ``crash.pt`` into the run directory."""
 
 
+def check_half_precision_device(args) -> None:
+    """Refuse fairseq's float16 training on the CPU (a GPU command line with --cpu added), which fairseq's
+    trainer stops with an AssertionError traceback."""
+    if not run_option(args, "cpu", "common", False):
+        return
+    for name in ("memory_efficient_fp16", "fp16"):  # the first implies the second
+        if run_option(args, name, "common", False):
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} with --cpu: fairseq's float16 training needs CUDA; drop {flag} (or --cpu, on a GPU)")
+
+
 def check_resumed_updates(update_num: int, args) -> None:
     """Refuse, at the first update of a run (before anything is trained or saved), a checkpoint that already has
     more updates than ``--max-update``: fairseq would train one more and overwrite checkpoint_last.pt and
@@ -295,6 +306,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         if hasattr(model, "attach_inventory"):
             model.attach_inventory(self.inventory)
         if not from_checkpoint:  # a run starts (not a decoding)
+            check_half_precision_device(cfg)
             check_training_is_distributed()
             if hasattr(model, "check_training_run"):
                 model.check_training_run(cfg)
