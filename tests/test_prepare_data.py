@@ -110,18 +110,56 @@ def _sentences(out, split, lang):
     return found
 
 
-def assert_no_heldout_in_training(out, langs, pivot="en"):
-    """No valid/test sentence of a language in any training direction; valid and test disjoint in
-    each direction, and for the pivot (whose side the held-out sets are picked by) across directions."""
+def valid_test_overlap(out):
+    """{lang: sentences in some valid set and some test set} over every direction of a corpus."""
+    langs = {name.split(".")[2] for name in os.listdir(f"{out}/raw")}
+    shared = {lang: _sentences(out, "valid", lang) & _sentences(out, "test", lang) for lang in sorted(langs)}
+    return {lang: s for lang, s in shared.items() if s}
+
+
+def assert_no_heldout_in_training(out, langs):
+    """No valid/test sentence of a language in any training direction; no sentence of a language in
+    a valid set and a test set, over all directions."""
     for lang in langs:
         train = _sentences(out, "train", lang)
         for split in ("valid", "test"):
             assert not _sentences(out, split, lang) & train, (lang, split)
-    assert not _sentences(out, "valid", pivot) & _sentences(out, "test", pivot)
-    for name in os.listdir(f"{out}/raw"):
-        split, pair, lang = name.split(".")
-        if split == "valid" and os.path.exists(f"{out}/raw/test.{pair}.{lang}"):
-            assert not set(lines(f"{out}/raw/{name}")) & set(lines(f"{out}/raw/test.{pair}.{lang}")), name
+    assert valid_test_overlap(out) == {}
+
+
+def test_carved_sets_never_share_a_sentence_with_a_given_set_of_the_other_split(tmp_path, capsys):
+    """Was: a given valid.en-xx.tsv sampled from en-xx.tsv shared pairs with the test set carved from
+    en-xx.tsv (and its English with the one carved from en-yy.tsv), and a given zero-shot test.xx-yy.tsv
+    shared sentences with the carved valid sets, all without a word."""
+    pairs = rows("en", "xx", EN)
+    given = tmp_path / "in"
+    given.mkdir()
+    write_tsv(given / "en-xx.tsv", pairs)
+    write_tsv(given / "en-yy.tsv", rows("en", "yy", EN))
+    valid = random.Random(3).sample(pairs[:400], 300)  # the two given sets apart: only carved sets can clash
+    write_tsv(given / "valid.en-xx.tsv", valid)
+    write_tsv(given / "test.xx-yy.tsv", [(translate(s, "xx"), translate(s, "yy")) for s in random.Random(4).sample(EN[400:], 200)])
+    out = tmp_path / "corpus"
+    m = pc.prepare_data(out, [str(given)], **SMALL)
+    assert lines(out / "raw/valid.en-xx.en") == [a for a, _ in valid]  # given: kept whole
+    dropped = {d: {k: n for k, n in r.items() if k.endswith("split_overlap")} for d, r in m["removed"].items()}
+    assert dropped["en-xx"]["test_split_overlap"] > 0 and dropped["en-yy"]["valid_split_overlap"] > 0
+    n = sum(n for r in dropped.values() for n in r.values())
+    assert m["counts"]["test"]["en-xx"] == 40 - dropped["en-xx"]["test_split_overlap"]
+    notes = [line for line in capsys.readouterr().err.splitlines() if "the other split" in line]
+    assert len(notes) == 1 and notes[0].startswith(f"note: {n} carved held-out pairs") and "en-xx test " in notes[0]
+    assert_no_heldout_in_training(str(out), ["en", "xx", "yy"])
+
+
+def test_without_a_pivot_no_sentence_is_in_a_valid_and_a_test_set(tmp_path):
+    """Was: en-xx, xx-yy, yy-zz (no language in every direction) hashed each direction's source side,
+    so an xx sentence could be held out as test in en-xx (by its English) and as valid in xx-yy (by itself)."""
+    sents = english(2000, seed=11)
+    files = [write_tsv(tmp_path / f"{d}.tsv", rows(*d.split("-"), sents)) for d in ("en-xx", "xx-yy", "yy-zz")]
+    out = tmp_path / "corpus"
+    m = pc.prepare_data(out, files, **{**SMALL, "valid_size": 100, "test_size": 100})
+    assert m["pivot"] is None
+    assert_no_heldout_in_training(str(out), ["en", "xx", "yy", "zz"])
 
 
 def test_heldout_sentences_never_in_training(reference):

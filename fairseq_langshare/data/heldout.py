@@ -5,7 +5,9 @@ side, or added as test-only (zero-shot) directions.
 (the source side; the pivot language's side where every trained direction shares one language,
 as ``prepare-gettext`` hashes English) hashes lowest: the same sentence is picked, for the same
 split, in every direction that has it, so multi-way data gets one held-out set of sentences, and
-the choice depends on the sentence alone, not on the order or size of the file. Training pairs
+the choice depends on the sentence alone, not on the order or size of the file. Then
+:func:`settle_splits` drops from the carved sets every pair sharing a sentence with a held-out set
+of the other split (given sets win over carved ones, test over valid). Training pairs
 that share a sentence with any held-out set of that language are then removed
 (``corpus_build.PairCleaner``): no held-out sentence occurs in any training direction.
 
@@ -26,8 +28,9 @@ class HeldOutPicker:
     source side, or the pivot language's side): each distinct key sentence has one role, valid or
     test, by one bit of its hash, and each split takes the pairs whose key hashes lowest among
     those of its role (of several pairs with one key, the one whose other side hashes lowest).
-    The same sentence gets the same role in every direction, so multi-way data never has a
-    sentence in one direction's valid set and another's test set. Memory O(valid + test)."""
+    A key sentence gets the same role in every direction; a sentence that is the key in one
+    direction and the other side in another can still be picked for both splits, which
+    :func:`settle_splits` resolves. Memory O(valid + test)."""
 
     def __init__(self, valid_size, test_size, salt="heldout"):
         self.sizes = {"valid": valid_size, "test": test_size}
@@ -60,6 +63,32 @@ class HeldOutPicker:
         """{split: [(a, b)]}, each in ascending hash order."""
         return {split: [self._best[key][1] for _, key in sorted(heap, key=lambda e: (-e[0], e[1]))]
                 for split, heap in self._heaps.items()}
+
+
+def settle_splits(sets):
+    """Keep valid and test apart across directions: drop from each carved set every pair that shares
+    a sentence (same language, either side) with a pair of the other split in a set that wins over
+    it. Given sets win over carved ones and are kept whole; among carved sets, test wins over valid.
+
+    ``sets``: {direction: {split: (pairs, given)}} with split valid or test. Returns
+    ({direction: {split: kept pairs}}, {direction: {split: pairs dropped}}, only non-zero)."""
+    other = {"valid": "test", "test": "valid"}
+    taken = {"valid": {}, "test": {}}  # split -> {lang: sentences of the sets settled so far}
+    kept, dropped = {}, {}
+    order = sorted(((not given, split == "valid", d, split) for d, splits in sets.items()
+                    for split, (_, given) in splits.items()))  # given first, then carved test, then valid
+    for carved, _, d, split in order:
+        a, b = d.split("-")
+        clash = taken[other[split]]
+        pairs = [(x, y) for x, y in sets[d][split][0]
+                 if not carved or (x not in clash.get(a, ()) and y not in clash.get(b, ()))]
+        if len(pairs) < len(sets[d][split][0]):
+            dropped.setdefault(d, {})[split] = len(sets[d][split][0]) - len(pairs)
+        kept.setdefault(d, {})[split] = pairs
+        for x, y in pairs:
+            taken[split].setdefault(a, set()).add(x)
+            taken[split].setdefault(b, set()).add(y)
+    return kept, dropped
 
 
 def carve_sizes(n_pairs, valid_size, test_size, share=HELDOUT_MAX_SHARE):

@@ -227,6 +227,7 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
             if not counts["valid"].get(d):
                 tqdm.write(f"warning: {d} has no valid set (fairseq-train needs one per trained direction); "
                            "pass --valid-size > 0 or a valid file", file=sys.stderr)
+        _note_split_overlaps(removed)
         for d in by_direction:
             given = read[d]["given"]
             shared = _valid_pairs_sharing_a_test_sentence(given.get("valid") or [], given.get("test") or [])
@@ -276,6 +277,16 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
     return manifest
 
 
+def _note_split_overlaps(removed):
+    """One line if ``heldout.settle_splits`` dropped carved held-out pairs."""
+    dropped = {f"{d} {k[: -len('_split_overlap')]} {n}": n for d, r in removed.items()
+               for k, n in sorted(r.items(), reverse=True) if k.endswith("_split_overlap")}
+    if dropped:
+        tqdm.write(f"note: {sum(dropped.values())} carved held-out pairs shared a sentence with a held-out set of the "
+                   f"other split and were dropped from it ({', '.join(dropped)}; given sets win over carved ones, "
+                   "test over valid)", file=sys.stderr)
+
+
 def _valid_pairs_sharing_a_test_sentence(valid, test) -> int:
     """How many (source, target) pairs of ``valid`` share their source with a test source or their
     target with a test target."""
@@ -285,30 +296,35 @@ def _valid_pairs_sharing_a_test_sentence(valid, test) -> int:
 
 def _write_held_out(tmp, trained, test_only, read, pivot, valid_size, test_size):
     """Write every valid/test set to raw/: given, carved from the picked candidates of pass 1
-    (sizes capped by ``heldout.carve_sizes``; a trained direction's ``carved`` rows recorded for
-    pass 2), and the test-only directions'. Returns (counts {split: {direction: n}}, how each set
-    was made, {lang: fingerprints} of every held-out sentence)."""
-    counts, how, sentences = {s: {} for s in SPLITS}, {}, {}
-    for d in trained:
-        r = read[d]
-        v, t = heldout.carve_sizes(r["n_train"], valid_size if "valid" not in r["given"] else 0,
-                                   test_size if "test" not in r["given"] else 0)
-        carved = {"valid": r["picked"]["valid"][:v], "test": r["picked"]["test"][:t]}
-        src, tgt = d.split("-")
-        key = tgt if tgt == pivot else src
-        r["carved"] = [row for split in ("valid", "test") if split not in r["given"] for row in carved[split]]
+    (sizes capped by ``heldout.carve_sizes``, then settled against the other split's sets by
+    ``heldout.settle_splits``; a trained direction's ``carved`` rows recorded for pass 2, and the
+    pairs dropped counted in ``read[d]["removed"]`` as ``{split}_split_overlap``), and the
+    test-only directions'. Returns (counts {split: {direction: n}}, how each set was made,
+    {lang: fingerprints} of every held-out sentence)."""
+    counts, how, sentences, sets = {s: {} for s in SPLITS}, {}, {}, {}
+    for d in trained + test_only:
+        r, src, tgt = read[d], *d.split("-")
+        sizes = dict(zip(("valid", "test"), heldout.carve_sizes(r["n_train"], valid_size, test_size)))
+        sets[d], how[d] = {}, {}
         for split in ("valid", "test"):
-            rows = r["given"].get(split, carved[split])
-            how.setdefault(d, {})[split] = "given" if split in r["given"] else f"held out by a hash of the {key} side"
-            if rows:
-                counts[split][d] = cb.write_pair_files(tmp, split, d, rows)
-                cb.add_heldout(sentences, d, rows)
-    test_only_rows = {d: {s: rows for s, rows in read[d]["given"].items() if rows} for d in test_only}
-    for d, splits in test_only_rows.items():
-        how[d] = {s: "given" for s in read[d]["given"]}
-        for rows in splits.values():
+            if split in r["given"]:
+                sets[d][split], how[d][split] = (r["given"][split], True), "given"
+            elif d in trained:
+                sets[d][split] = (r["picked"][split][:sizes[split]], False)
+                how[d][split] = f"held out by a hash of the {tgt if tgt == pivot else src} side"
+    kept, dropped = heldout.settle_splits(sets)
+    for d, splits in dropped.items():
+        for split, n in splits.items():
+            read[d]["removed"][f"{split}_split_overlap"] = n
+    for d in trained:
+        read[d]["carved"] = [row for split, (_, given) in sets[d].items() if not given for row in kept[d][split]]
+        for split in ("valid", "test"):
+            if kept[d][split]:
+                counts[split][d] = cb.write_pair_files(tmp, split, d, kept[d][split])
+    for d in trained + test_only:
+        for rows in kept[d].values():
             cb.add_heldout(sentences, d, rows)
-    for d, c in heldout.add_test_only_directions(tmp, test_only_rows).items():
+    for d, c in heldout.add_test_only_directions(tmp, {d: kept[d] for d in test_only}).items():
         for split, n in c.items():
             counts[split][d] = n
     return counts, how, sentences
