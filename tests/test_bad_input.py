@@ -201,15 +201,18 @@ def test_sparse_t_bar_past_max_update_is_refused_at_start_up(corpus, tmp_path, c
     assert line.startswith("fairseq-train: error: --sparse-layer-t-bar 30 is past --max-update 20: ")
 
 
-@pytest.mark.parametrize("flag", ["--fp16", "--memory-efficient-fp16"])
-def test_half_precision_on_the_cpu_is_refused_at_start_up(corpus, tmp_path, flag):
+def test_fp16_on_the_cpu_without_its_cpu_flag_is_refused_at_start_up(corpus, tmp_path):
     """Was: `--cpu --fp16` (kept from a GPU command line) stopped in fairseq's trainer with an AssertionError
-    traceback ("Torch not compiled with CUDA enabled"), on every rank under torchrun."""
-    line = fairseq_error(train, task_args(corpus) + TRAIN + ["--arch", "langshare_transformer_tiny", "--cpu", flag,
+    traceback ("Torch not compiled with CUDA enabled"), on every rank under torchrun. With
+    --fp16-no-flatten-grads, or as --memory-efficient-fp16, it trains (tests/test_mixed_precision.py)."""
+    line = fairseq_error(train, task_args(corpus) + TRAIN + ["--arch", "langshare_transformer_tiny", "--cpu", "--fp16",
                                                               "--save-dir", str(tmp_path / "s"), "--max-update", "2"])
-    assert line == (f"fairseq-train: error: {flag} with --cpu: fairseq's float16 training needs CUDA; drop {flag} "
-                    "(or --cpu, on a GPU)")
+    assert line == ("fairseq-train: error: --fp16 with --cpu: fairseq keeps its flat float32 copy of the parameters "
+                    "on CUDA; add --fp16-no-flatten-grads (or drop --fp16)")
     assert not list((tmp_path / "s").iterdir())
+    train(task_args(corpus) + TRAIN + ["--arch", "langshare_transformer_tiny", "--cpu", "--memory-efficient-fp16",
+                                       "--save-dir", str(tmp_path / "m"), "--max-update", "1"])
+    assert (tmp_path / "m" / "checkpoint_last.pt").exists()
 
 
 # ----------------------------------------------------------------------------- fairseq CLI flags and data

@@ -206,14 +206,14 @@ class ResumedPastMaxUpdate(RuntimeError):
 
 
 def check_half_precision_device(args) -> None:
-    """Refuse fairseq's float16 training on the CPU (a GPU command line with --cpu added), which fairseq's
-    trainer stops with an AssertionError traceback."""
-    if not run_option(args, "cpu", "common", False):
-        return
-    for name in ("memory_efficient_fp16", "fp16"):  # the first implies the second
-        if run_option(args, name, "common", False):
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{flag} with --cpu: fairseq's float16 training needs CUDA; drop {flag} (or --cpu, on a GPU)")
+    """Refuse ``--fp16`` on the CPU without ``--fp16-no-flatten-grads`` (a GPU command line with --cpu added):
+    fairseq's FP16Optimizer puts its flat float32 copy of the parameters on CUDA, and stops with an
+    AssertionError traceback. ``--memory-efficient-fp16`` keeps no such copy and trains on the CPU."""
+    if (run_option(args, "cpu", "common", False) and run_option(args, "fp16", "common", False)
+            and not run_option(args, "memory_efficient_fp16", "common", False)
+            and not run_option(args, "fp16_no_flatten_grads", "common", False)):
+        raise ValueError("--fp16 with --cpu: fairseq keeps its flat float32 copy of the parameters on CUDA; add "
+                         "--fp16-no-flatten-grads (or drop --fp16)")
 
 
 def check_resumed_updates(update_num: int, args) -> None:
