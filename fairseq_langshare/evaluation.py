@@ -324,6 +324,10 @@ class _Corpus:
             raise EvaluationError(f"corpus directory not found: {path} (build one from your parallel text with "
                                   "`langshare prepare-data`, or with `langshare prepare-gettext`)")
         if not os.path.isfile(manifest):
+            parent = os.path.dirname(self.path)
+            if os.path.isfile(os.path.join(parent, "manifest.json")):  # its bin/ (or raw/)
+                what = "the binarized data" if os.path.basename(self.path) == "bin" else "a directory"
+                raise EvaluationError(f"{path} is {what} of the prepared corpus {parent}: pass {parent}")
             raise EvaluationError(f"{path} has no manifest.json, so it is not a prepared corpus (build one from your "
                                   "parallel text with `langshare prepare-data`, or with `langshare prepare-gettext`)")
         self.manifest = _read_json(manifest, "corpus manifest")

@@ -502,3 +502,13 @@ def test_fairseq_interactive_refuses_a_bad_input_file_before_translating(corpus,
                                        "pipe it to stdin, where invalid bytes are replaced")
     assert not [l for l in out.splitlines() if l[:2] in ("S-", "H-", "D-", "P-")]
     assert snapshot(tmp_path) == before
+
+
+def test_evaluate_given_a_corpus_bin_directory_names_the_corpus(tmp_path):
+    """Was: `langshare evaluate CKPT corpus/bin` said corpus/bin is not a prepared corpus and to build one."""
+    (tmp_path / "corpus" / "bin").mkdir(parents=True)
+    (tmp_path / "corpus" / "manifest.json").write_text(json.dumps({"data_bin": "bin"}))
+    with pytest.raises(evaluation.EvaluationError) as e:
+        evaluation._Corpus(str(tmp_path / "corpus" / "bin"))
+    assert str(e.value) == (f"{tmp_path / 'corpus' / 'bin'} is the binarized data of the prepared corpus "
+                            f"{tmp_path / 'corpus'}: pass {tmp_path / 'corpus'}")
