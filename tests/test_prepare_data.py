@@ -331,6 +331,26 @@ def test_given_valid_and_test_sets_sharing_sentences_are_warned_about(tmp_path, 
     assert "share a sentence" not in capsys.readouterr().err
 
 
+def test_spm_sample_gives_each_language_its_tempered_share_of_its_distinct_sentences(tmp_path):
+    """Was: n_l counted the lines of every file of a language, so English, the pivot, in three files
+    counted about thrice; the draw then skipped its repeats, and English got 127 sentences where
+    its share of 600 distinct ones is 266 (each other language 400 distinct, 245)."""
+    en = [f"english {i}" for i in range(600)]
+    files = {"en": []}
+    for lang, part in (("xx", en[:500]), ("yy", en[100:]), ("zz", en)):
+        for side, text in (("en", part), (lang, [f"{lang} {i}" for i in range(400)])):
+            path = tmp_path / f"train.en-{lang}.{side}"
+            path.write_text("".join(line + "\n" for line in text))
+            files.setdefault(side, []).append(str(path))
+    _, got = cb.spm_sample(files, temperature=5, total=1000)
+    distinct = {"en": 600, "xx": 400, "yy": 400, "zz": 400}
+    weights = {lang: (n / 1800) ** 0.2 for lang, n in distinct.items()}
+    for lang, w in weights.items():
+        assert got[lang] == pytest.approx(1000 * w / sum(weights.values()), rel=0.15), (lang, got)
+    flat = cb.spm_sample(files, per_language=500)[1]  # drawn by a hash: about 500
+    assert flat == {"en": pytest.approx(500, abs=40), "xx": 400, "yy": 400, "zz": 400}
+
+
 def test_fewer_pieces_than_asked_are_reported_and_recorded(tmp_path, capsys):
     src = write_tsv(tmp_path / "en-xx.tsv", DATA["en-xx"][:300])
     m = pc.prepare_data(tmp_path / "corpus", [src], **{**SMALL, "vocab_size": 5000})

@@ -184,11 +184,6 @@ def read_lines(path):
             yield line.rstrip("\n").rstrip("\r")
 
 
-def count_lines(path):
-    with open(path, "rb") as f:
-        return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
-
-
 def sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -297,13 +292,14 @@ def building(out_dir):
 def spm_sample(lang_files, temperature=None, total=None, per_language=None, salt="spm"):
     """Training text for SentencePiece from {lang: [raw train files of that language]}.
 
-    ``temperature`` T with ``total`` sentences: language l gets p_l ~ (n_l / N)^(1/T) of the
-    total (n_l: its training lines), drawn by a hash of each sentence (deterministic; a sentence
-    shared by several files is drawn once) and repeated when p_l * total exceeds n_l (low-resource
-    languages are oversampled, as in the training data with T = 5). ``per_language`` k: at most
-    k sentences of each language (LSL paper Sec. 4). Returns (sentences, {lang: count}). Memory:
-    the sample and the fingerprints of its distinct sentences, whatever the size of the files."""
-    sizes = {lang: sum(count_lines(p) for p in paths) for lang, paths in lang_files.items()}
+    ``temperature`` T with ``total`` sentences (at most N): language l gets p_l ~ (n_l / N)^(1/T)
+    of the total (n_l: its distinct training sentences, however many files repeat them; N: their
+    sum), drawn by a hash of each sentence (deterministic; a sentence shared by several files is
+    drawn once) and repeated when p_l * total exceeds n_l (low-resource languages are oversampled,
+    as in the training data with T = 5). ``per_language`` k: at most k sentences of each language
+    (LSL paper Sec. 4). Returns (sentences, {lang: count}). Memory: the sample and the fingerprints
+    of its distinct sentences, and 8 bytes per distinct sentence of one language while counting."""
+    sizes = {lang: _distinct_lines(paths) for lang, paths in lang_files.items()}
     grand = sum(sizes.values())
     if grand == 0:
         raise ValueError("no training sentences to train SentencePiece on; check the sources")
@@ -336,6 +332,17 @@ def spm_sample(lang_files, temperature=None, total=None, per_language=None, salt
                 text.extend([line] * reps)
         got[lang] = len(text) - before
     return text, got
+
+
+def _distinct_lines(paths):
+    """The number of distinct lines in ``paths`` together."""
+    seen = FingerprintSet()
+    for path in paths:
+        for line in read_lines(path):
+            h = fingerprint(line)
+            if h not in seen:
+                seen.add(h)
+    return len(seen)
 
 
 def train_spm_model(tmp, sentences, vocab_size, character_coverage=0.9995, model_type="unigram"):
