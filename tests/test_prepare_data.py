@@ -138,7 +138,8 @@ def test_carved_sets_never_share_a_sentence_with_a_given_set_of_the_other_split(
     write_tsv(given / "en-yy.tsv", rows("en", "yy", EN))
     valid = random.Random(3).sample(pairs[:400], 300)  # the two given sets apart: only carved sets can clash
     write_tsv(given / "valid.en-xx.tsv", valid)
-    write_tsv(given / "test.xx-yy.tsv", [(translate(s, "xx"), translate(s, "yy")) for s in random.Random(4).sample(EN[400:], 200)])
+    zero_shot = random.Random(4).sample(EN[400:], 200)
+    write_tsv(given / "test.xx-yy.tsv", [(translate(s, "xx"), translate(s, "yy")) for s in zero_shot])
     out = tmp_path / "corpus"
     m = pc.prepare_data(out, [str(given)], **SMALL)
     assert lines(out / "raw/valid.en-xx.en") == [a for a, _ in valid]  # given: kept whole
@@ -404,6 +405,11 @@ BAD_INPUTS = {
     "bzip2 plain text side in a directory": ({"en-xx.tsv": GOOD, "train.en-yy.en.bz2": b"a\n",
                                               "train.en-yy.yy.bz2": b"b\n"}, ["in"], [".bz2 files are not read"]),
     "bzip2 named": ({"en-xx.tsv.bz2": GOOD}, ["in/en-xx.tsv.bz2"], [".bz2 files are not read"]),
+    # were "cannot tell the direction and split from the file name", not saying why
+    "language code with a '-'": ({"en-pt-BR.tsv": GOOD}, ["in/en-pt-BR.tsv"],
+                                 ["en-pt-BR.tsv: language codes cannot contain '-'", "underscore", "pt_BR"]),
+    "language code with a '-' in a directory": ({"en-xx.tsv": GOOD, "valid.en-pt-BR.tsv": GOOD}, ["in"],
+                                                ["valid.en-pt-BR.tsv: language codes cannot contain '-'"]),
     # were two languages, 'EN' and 'en', with no word
     "codes that differ in case only": ({"EN-XX.tsv": GOOD, "en-yy.tsv": GOOD}, ["in"],
                                        ["'EN' and 'en' differ only in case", "EN-XX.tsv", "en-yy.tsv"]),

@@ -118,7 +118,12 @@ def _parse(path, strict):
             _check_direction(path, m.group(2), m.group(3))
             return ("side",) + m.groups()
     if strict:
-        case = "; the extension is a lower-case .tsv" if name.lower().endswith(".tsv") else ""
+        dashed = next((part for part in name.split(".") if part.count("-") > 1), None)
+        if dashed is not None:
+            raise InputError(f"{path}: language codes cannot contain '-' ('{dashed}': the one '-' separates source "
+                             "and target); write a code such as pt-BR with an underscore (pt_BR) in the file name")
+        capitals = name.lower().endswith(".tsv") and not name.endswith(".tsv")
+        case = "; the extension is a lower-case .tsv" if capitals else ""
         raise InputError(f"{path}: cannot tell the direction and split from the file name; name it {FORMS}{case}")
     return None
 
