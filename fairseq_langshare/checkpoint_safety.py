@@ -37,8 +37,8 @@ import zipfile
 
 import torch
 
-__all__ = ["SAFE_GLOBALS", "install", "CheckpointError", "UnsafeCheckpointError", "UnreadableCheckpointError",
-           "require_checkpoint"]
+__all__ = ["SAFE_GLOBALS", "install", "checkpoint_updates", "CheckpointError", "UnsafeCheckpointError",
+           "UnreadableCheckpointError", "require_checkpoint"]
 
 # What fairseq 0.12 checkpoints hold besides tensors and builtins: it saves ``cfg`` as plain
 # containers, but the legacy ``args`` entry (and checkpoints of older fairseq) is a Namespace.
@@ -185,6 +185,21 @@ def _suggestion(folder):
             return os.path.join(folder, name)
     paths = [os.path.join(folder, n) for n in names]
     return max(paths, key=os.path.getmtime) if paths else None
+
+
+def checkpoint_updates(path) -> int:
+    """The updates a fairseq checkpoint holds (0 where it cannot be read: loading it says why).
+    Weights-only, as every load of the package; memory-mapped where torch can (>= 2.1), so the
+    weights are not read."""
+    for kwargs in ({"mmap": True}, {}):
+        try:
+            state = torch.load(str(path), map_location="cpu", weights_only=True, **kwargs)
+            return int(state["optimizer_history"][-1]["num_updates"])
+        except TypeError:  # a torch without mmap: load it whole
+            continue
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, KeyError, IndexError, ValueError):
+            return 0
+    return 0
 
 
 def require_checkpoint(path, flag: str, what: str = "a checkpoint file") -> None:

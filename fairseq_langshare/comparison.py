@@ -153,6 +153,10 @@ def compare(runs: Sequence[Tuple[str, dict]], baseline: Optional[str] = None, me
                            for d in directions},
             "averages": _group_summaries(seeds, metrics, common),
         }
+    trained = {name: sorted({res["num_updates"] for res in seeds if res.get("num_updates")})
+               for name, seeds in systems.items()}
+    if len({n for counts in trained.values() for n in counts}) > 1:  # e.g. one run resumed for longer
+        out["updates_trained"] = trained
     off_target.add_to_comparison(out, systems)
     if baseline is None:
         return out
@@ -227,6 +231,10 @@ def comparison_markdown(cmp: Dict) -> str:
     names, baseline = list(cmp["systems"]), cmp["baseline"]
     seeds = {n: e["seeds"] for n, e in cmp["systems"].items()}
     lines = []
+    if cmp.get("updates_trained"):
+        lines += ["**Runs of different lengths** (updates trained: " + ", ".join(
+            f"{n} {'/'.join(map(str, counts)) or 'unknown'}" for n, counts in cmp["updates_trained"].items())
+            + "): a difference between them is also one of training.", ""]
     for metric in cmp["metrics"]:
         label = LABELS.get(metric, metric)
         if all(row[metric]["mean"] is None for e in cmp["systems"].values() for row in e["directions"].values()):

@@ -32,7 +32,7 @@ import shlex
 import sys
 import tempfile
 from .atomic_files import check_writable, json_text, write_files_atomic
-from .checkpoint_safety import CheckpointError, require_checkpoint
+from .checkpoint_safety import CheckpointError, checkpoint_updates, require_checkpoint
 from .result_kinds import (COMPARE_JSON, EVALUATE_JSON, EVALUATE_MARKDOWN, HEAD_TO_HEAD_JSON, file_kind, held_unless,
                            json_kind)
 from .command_line import add_command
@@ -687,7 +687,8 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
                                d, n_missing, len(refs))
 
     results = {
-        "checkpoint": checkpoint, "corpus": corpus.path, "split": split, "beam": beam, "lenpen": lenpen,
+        "checkpoint": checkpoint, "num_updates": checkpoint_updates(checkpoint) or None,
+        "corpus": corpus.path, "split": split, "beam": beam, "lenpen": lenpen,
         "thresholds": {"high": high_threshold, "low": low_threshold},
         "directions": rows,
         "averages": _averages(rows),

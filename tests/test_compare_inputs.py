@@ -171,3 +171,20 @@ def test_an_unknown_metric_is_refused(tmp_path, capsys, metrics):
     assert code == 2
     assert line == ("langshare compare: error: --metrics " + repr(metrics) + ": pass one or more of bleu, chrf, spbleu, "
                     "comma-separated"), line
+
+
+def test_runs_trained_for_different_updates_are_named(tmp_path, capsys):
+    """Was: a 60-update run sat beside a 40-update one, verdicts and all, with nothing saying so (the results
+    named only the checkpoint's path)."""
+    long_ = write(tmp_path, "long", {**results({"en-xx": 30.0}), "num_updates": 60})
+    short = write(tmp_path, "short", {**results({"en-xx": 28.0}), "num_updates": 40})
+    code, _ = langshare(capsys, "compare", long_, short, "--no-significance", "--out-json", tmp_path / "cmp.json",
+                        "--out-md", tmp_path / "cmp.md")
+    assert code == 0
+    assert json.loads((tmp_path / "cmp.json").read_text())["updates_trained"] == {"long": [60], "short": [40]}
+    assert ("**Runs of different lengths** (updates trained: long 60, short 40): a difference between them is also "
+            "one of training.") in (tmp_path / "cmp.md").read_text()
+    same = write(tmp_path, "same", {**results({"en-xx": 29.0}), "num_updates": 60})
+    old = write(tmp_path, "old", results({"en-xx": 29.0}))  # a results file of a version without the count
+    cmp = comparison.compare(comparison.read_runs([str(long_), str(same), str(old)]), test=False)
+    assert "updates_trained" not in cmp

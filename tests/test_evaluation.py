@@ -345,6 +345,7 @@ def test_evaluate_end_to_end(trained_spm_corpus, tmp_path, no_spm_models):
                    out_json=str(tmp_path / "r.json"), out_md=str(tmp_path / "r.md"))
     # default directions: the trained ones with test data; xx-yy is zero-shot, so not by default
     assert list(res["directions"]) == ["en-xx", "en-yy"]
+    assert res["num_updates"] == 300  # what compare names when runs trained for different updates
     for d, row in res["directions"].items():
         assert row["n"] == 40 and row["n_untranslated"] == 0 and row["supervised"]
         # a broken pipeline (hypotheses out of order, wrong target language, pieces left in,

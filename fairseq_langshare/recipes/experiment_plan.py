@@ -6,13 +6,13 @@ and ``--dry-run`` prints.
 
 import json
 import os
-import pickle
 import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from . import hparams_adaptive_sparse, hparams_clsr, hparams_latent_depth, hparams_lsl
+from ..checkpoint_safety import checkpoint_updates
 from .hparams import GROUPS, SIZE_KEYS, TINY_MAX_UPDATE, Experiment, Method, Paper, merge, select_pairs
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -208,32 +208,13 @@ class Run:
         return os.path.join(self.run_dir, f"results-{eval_set}.json")
 
 
-def _checkpoint_updates(path: str) -> int:
-    """The updates a fairseq checkpoint holds (0 where it cannot be read: resuming from it says why).
-    Weights-only loading, as every load of the package (``checkpoint_safety``); memory-mapped where
-    torch can (>= 2.1), so the weights are not read."""
-    import torch
-
-    from .. import checkpoint_safety  # noqa: F401 - importing the package allow-lists fairseq's globals
-
-    for kwargs in ({"mmap": True}, {}):
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True, **kwargs)
-            return int(state["optimizer_history"][-1]["num_updates"])
-        except TypeError:  # a torch without mmap: load it whole
-            continue
-        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, KeyError, IndexError, ValueError):
-            return 0
-    return 0
-
-
 def trained_updates(save_dir: str) -> int:
     """The updates the training in ``save_dir`` has done (0: none): the most of its ``finished-<n>``
     markers and its checkpoint_last.pt."""
     names = os.listdir(save_dir) if os.path.isdir(save_dir) else []
     done = [int(n.split("-")[1]) for n in names if re.fullmatch(r"finished-\d+", n)]
     if "checkpoint_last.pt" in names:
-        done.append(_checkpoint_updates(os.path.join(save_dir, "checkpoint_last.pt")))
+        done.append(checkpoint_updates(os.path.join(save_dir, "checkpoint_last.pt")))
     return max(done, default=0)
 
 

@@ -319,12 +319,10 @@ def compare_all(runs_dir: str, eval_set: str, baseline: str, metrics):
                                          for _, res in results)]
     if not metrics:
         return None
+    for name, res in results:  # results of a version that did not record it: the run's own count
+        if not res.get("num_updates"):
+            res["num_updates"] = trained_updates(os.path.join(runs_dir, name, "checkpoints")) or None
     text = comparison.compare_markdown(results, base, tuple(metrics))
-    updates = {name: trained_updates(os.path.join(runs_dir, name, "checkpoints")) for name, _ in results}
-    if len(set(updates.values())) > 1:  # e.g. one method retrained with another --max-update
-        text = ("**Runs of different lengths** (updates trained: "
-                + ", ".join(f"{name} {n}" for name, n in updates.items())
-                + "): a difference between them is also one of training.\n\n" + text)
     text = f"{COMPARE_TITLE}{', '.join(name for name, _ in results)} ({eval_set} set)\n\n{text}"
     return write_text_atomic(os.path.join(runs_dir, f"compare-{eval_set}.md"), text)
 
