@@ -431,6 +431,17 @@ def test_bad_input_is_one_line_and_leaves_no_output(case, tmp_path, capsys):
     assert os.listdir(tmp_path) == ["in"]  # neither the corpus nor its temporary directory
 
 
+def test_files_of_a_directory_not_read_are_named(tmp_path, capsys):
+    """Was: skipped without a word (a data file named otherwise was lost silently)."""
+    _write(str(tmp_path / "in" / "en-xx.tsv"), "".join(f"{a}\t{b}\n" for a, b in DATA["en-xx"][:300]).encode())
+    for name in ("README.md", "en-fr.csv", "en-nl.txt", "old/en-yy.tsv"):
+        _write(str(tmp_path / "in" / name), GOOD)
+    assert cli.main(["prepare-data", "--out", str(tmp_path / "corpus"), "--vocab-size", "50", str(tmp_path / "in")]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "not read" in line]
+    assert said == [f"note: {tmp_path / 'in'}: not read (not named SRC-TGT.tsv, SPLIT.SRC-TGT.tsv or SPLIT.SRC-TGT.LANG; "
+                    "sub-directories are not read): README.md, en-fr.csv, en-nl.txt, old/"]
+
+
 def test_out_under_a_file_refused(tmp_path, capsys):
     _write(str(tmp_path / "in" / "en-xx.tsv"), GOOD)
     _write(str(tmp_path / "afile"), b"x")

@@ -191,7 +191,7 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
     inputs = [os.fspath(i) for i in inputs]
     RANGES["workers"].check("--workers", workers)
     out_dir = os.path.abspath(out_dir)
-    found = parallel_files.discover(inputs)
+    found, not_read = parallel_files.discover(inputs)
     check_out(out_dir, inputs, found)
     cfg = _config(found, spm_model, valid_size=valid_size, test_size=test_size, min_chars=min_chars,
                   max_chars=max_chars, max_ratio=max_ratio, vocab_size=vocab_size, spm_sentences=spm_sentences,
@@ -227,6 +227,9 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
             if not counts["valid"].get(d):
                 tqdm.write(f"warning: {d} has no valid set (fairseq-train needs one per trained direction); "
                            "pass --valid-size > 0 or a valid file", file=sys.stderr)
+        for directory, names in not_read.items():
+            tqdm.write(f"note: {directory}: not read (not named SRC-TGT.tsv, SPLIT.SRC-TGT.tsv or SPLIT.SRC-TGT.LANG; "
+                       f"sub-directories are not read): {', '.join(names)}", file=sys.stderr)
         _note_split_overlaps(removed)
         for d in by_direction:
             given = read[d]["given"]

@@ -9,9 +9,10 @@ Forms (``.gz``/``.xz`` compressed or plain, UTF-8):
 - ``SPLIT.SRC-TGT.SRC`` with ``SPLIT.SRC-TGT.TGT``: fairseq's plain-text layout, one sentence a
   line, the two files line-aligned;
 - a directory: every file in it named in one of these forms (others, e.g. ``dict.txt`` or
-  binarized ``*.bin``/``*.idx``, are left alone, except a file meant as data and named otherwise,
-  which is refused: ``.tsv`` in any case or followed by another suffix, or one of these forms
-  compressed other than with gzip or xz; sub-directories are not read).
+  binarized ``*.bin``/``*.idx``, are not read, and :func:`discover` names them, except a file
+  meant as data and named otherwise, which is refused: ``.tsv`` in any case or followed by another
+  suffix, or one of these forms compressed other than with gzip or xz; sub-directories are not
+  read).
 
 Language codes are case-sensitive, and two that differ only in case (``EN`` and ``en``) are refused.
 
@@ -152,19 +153,24 @@ def _check_not_empty(path):
 
 
 def discover(inputs):
-    """{(split, src, tgt): ParallelInput} of the given files and directories, checked: every file
-    named in a known form, not empty, a side file with its partner, no direction's split given twice."""
+    """({(split, src, tgt): ParallelInput}, {directory: [names in it not read]}) of the given files
+    and directories, checked: every file named in a known form, not empty, a side file with its
+    partner, no direction's split given twice. A sub-directory is named with a trailing '/'."""
     if not inputs:
         raise InputError(f"no input given; pass parallel text files or directories ({FORMS})")
-    tsv, sides = [], {}
+    tsv, sides, not_read = [], {}, {}
     for given in inputs:
         if not os.path.exists(given):
             raise InputError(f"input {given} does not exist; pass existing files or directories")
         if os.path.isdir(given):
-            found = [os.path.join(given, n) for n in sorted(os.listdir(given))
-                     if os.path.isfile(os.path.join(given, n))]
-            parsed = [(p, _parse(p, strict=False)) for p in found]
-            parsed = [(p, k) for p, k in parsed if k is not None]
+            parsed = []
+            for name in sorted(os.listdir(given)):
+                path = os.path.join(given, name)
+                kind = _parse(path, strict=False) if os.path.isfile(path) else None
+                if kind is None:
+                    not_read.setdefault(given, []).append(name if os.path.isfile(path) else name + "/")
+                else:
+                    parsed.append((path, kind))
             if not parsed:
                 raise InputError(f"directory {given} holds no parallel text; put files named {FORMS} in it")
         else:
@@ -204,7 +210,7 @@ def discover(inputs):
     for inp in found.values():
         for path in inp.paths:
             _check_not_empty(path)
-    return dict(sorted(found.items(), key=lambda kv: (kv[1].direction, SPLITS.index(kv[1].split))))
+    return dict(sorted(found.items(), key=lambda kv: (kv[1].direction, SPLITS.index(kv[1].split)))), not_read
 
 
 def _lines(path) -> Iterator[Tuple[int, str]]:
