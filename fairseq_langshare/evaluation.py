@@ -248,7 +248,8 @@ def to_markdown(results):
     rows = results.get("directions", {})
     with_sp = any(r.get("spbleu") is not None for r in rows.values())
     metrics = [("BLEU", "bleu"), ("chrF", "chrf")] + ([("spBLEU", "spbleu")] if with_sp else [])
-    metrics += [("off-target %", "off_target")] if (results.get("off_target") or {}).get("identifier") else []
+    if (results.get("off_target") or {}).get("identifier"):  # with what each rate rests on
+        metrics += [("off-target %", "off_target"), ("rated", "off_target_identified")]
     head = " | ".join(label for label, _ in metrics)
     align = "|".join("---:" for _ in metrics)
     lines = []
@@ -286,7 +287,8 @@ def to_markdown(results):
         lines.append(results["spbleu_note"])
     said = off_target.note(results.get("off_target"), results["directions"])
     if said:
-        lines.append(said)
+        lines.append(said + (" rated: the hypotheses long enough to identify." if "off_target_identified" in
+                             dict(metrics).values() else ""))
     return "\n".join(lines).rstrip() + "\n"
 
 

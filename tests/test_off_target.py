@@ -379,3 +379,18 @@ def test_note_names_only_left_out_languages_some_direction_goes_into(tmp_path):
     assert "into nb (" in said and "nn (" in said and "en (" not in said, said
     assert "en (" not in to_markdown(dict(results, significance=None))
     assert "en (" not in comparison.comparison_markdown(comparison.compare([("a", results)], test=False))
+
+
+def test_the_table_shows_how_many_hypotheses_each_rate_rests_on(tmp_path):
+    """Was: a rate of 0.00 or 100.00 resting on 4 of 100 hypotheses (the rest too short or degenerate) looked like
+    one measured on all of them; the count was in the JSON only."""
+    corpus = reference_corpus(tmp_path / "c", ["en", "fr", "de"])
+    results = {"corpus": corpus, "split": "test", "directions": {"en-fr": {"group": "high"}, "en-de": {"group": "low"}},
+               "averages": {"high": {}, "low": {}, "all": {}},
+               "hypotheses": {"en-fr": sentences("fr", 30, 7), "en-de": sentences("fr", 4, 8) + ["ja"] * 96}}
+    off_target.add_off_target(results)
+    table = to_markdown(dict(results, significance=None))
+    assert "| direction | train pairs | group | BLEU | chrF | off-target % | rated | sentences |" in table
+    assert "| en-de | - | low | - | - | 100.00 | 4 | - |" in table, table
+    assert "| All | - | - | - | 11.76 | 34 |" in table, table
+    assert "rated: the hypotheses long enough to identify" in table
