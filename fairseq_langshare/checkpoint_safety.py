@@ -34,11 +34,12 @@ import os
 import pickle
 import shutil
 import zipfile
+from typing import Optional
 
 import torch
 
-__all__ = ["SAFE_GLOBALS", "install", "checkpoint_updates", "CheckpointError", "UnsafeCheckpointError",
-           "UnreadableCheckpointError", "require_checkpoint"]
+__all__ = ["SAFE_GLOBALS", "install", "checkpoint_header", "checkpoint_updates", "CheckpointError",
+           "UnsafeCheckpointError", "UnreadableCheckpointError", "require_checkpoint"]
 
 # What fairseq 0.12 checkpoints hold besides tensors and builtins: it saves ``cfg`` as plain
 # containers, but the legacy ``args`` entry (and checkpoints of older fairseq) is a Namespace.
@@ -187,19 +188,25 @@ def _suggestion(folder):
     return max(paths, key=os.path.getmtime) if paths else None
 
 
-def checkpoint_updates(path) -> int:
-    """The updates a fairseq checkpoint holds (0 where it cannot be read: loading it says why).
-    Weights-only, as every load of the package; memory-mapped where torch can (>= 2.1), so the
-    weights are not read."""
+def checkpoint_header(path) -> Optional[dict]:
+    """A fairseq checkpoint's state without reading its weights (memory-mapped where torch can, >= 2.1),
+    weights-only as every load of the package; None where it cannot be read (loading it says why)."""
     for kwargs in ({"mmap": True}, {}):
         try:
-            state = torch.load(str(path), map_location="cpu", weights_only=True, **kwargs)
-            return int(state["optimizer_history"][-1]["num_updates"])
+            return torch.load(str(path), map_location="cpu", weights_only=True, **kwargs)
         except TypeError:  # a torch without mmap: load it whole
             continue
-        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, KeyError, IndexError, ValueError):
-            return 0
-    return 0
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError):
+            return None
+    return None
+
+
+def checkpoint_updates(path) -> int:
+    """The updates a fairseq checkpoint holds (0 where it cannot be read)."""
+    try:
+        return int((checkpoint_header(path) or {})["optimizer_history"][-1]["num_updates"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return 0
 
 
 def require_checkpoint(path, flag: str, what: str = "a checkpoint file") -> None:

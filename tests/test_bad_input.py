@@ -82,6 +82,23 @@ def test_resume_from_a_truncated_checkpoint_last_names_the_one_to_resume_from(co
     assert snapshot(save) == before
 
 
+def test_resuming_with_another_batch_per_update_says_so(corpus, tmp_path, caplog):
+    """Was: a run trained on 2 ranks resumed on 1 with the same --update-freq averaged half as many sentences per
+    update from then on, and nothing said so (docs/scale.md: keep processes x --update-freq)."""
+    save = str(tmp_path / "ckpt")
+    train(task_args(corpus) + TRAIN + ["--max-update", "2", "--update-freq", "2", "--save-dir", save])
+    with caplog.at_level(logging.WARNING):
+        train(task_args(corpus) + TRAIN + ["--max-update", "3", "--update-freq", "1", "--save-dir", save])
+    said = [r.getMessage() for r in caplog.records if "batches per update" in r.getMessage()]
+    assert said == [f"{save}/checkpoint_last.pt was trained with 2 batches per update (1 process x --update-freq 2), "
+                    "this run takes 1 (1 process x --update-freq 1): each update now takes 1/2 of the batch it "
+                    "trained with; pass --update-freq 2 to keep it (docs/scale.md)"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        train(task_args(corpus) + TRAIN + ["--max-update", "4", "--update-freq", "1", "--save-dir", save])
+    assert not [r for r in caplog.records if "batches per update" in r.getMessage()]  # as the last run trained
+
+
 @pytest.mark.parametrize("change,message", [
     (["--langs", "yy,en,xx"], "numbered in --langs order; pass --langs en,xx,yy"),
     (["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "SRC={1}"],

@@ -22,7 +22,7 @@ import os
 import re
 from enum import Enum
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -34,9 +34,11 @@ from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleE
 from fairseq.utils import csv_str_list, eval_str_dict
 from omegaconf import II, OmegaConf
 
+from ..checkpoint_safety import checkpoint_header
 from ..data.binarized import sentence_count
 from ..distributed_launch import check_training_is_distributed
 from ..languages import LanguageInventory, dictionary_fingerprint
+from ..modules.first_rank import first_rank
 from ..option_ranges import Range, check_ranges
 from ..user_errors import fairseq_cli
 from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
@@ -229,10 +231,47 @@ def check_resumed_updates(update_num: int, args) -> None:
             f"--restore-file {restore} was trained for {update_num} updates, more than --max-update {max_update}: "
             f"pass --max-update {update_num} or more to train on from its count, or --reset-optimizer to count "
             "updates from 0 (or --finetune-from-model instead of --restore-file: fine-tuning)")
-    path = os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", restore)
+    path = _resumed_checkpoint(args)
     raise ResumedPastMaxUpdate(f"{path} was trained for {update_num} updates, more than --max-update {max_update}: "
                                f"pass --max-update {update_num} or more to train on, or another --save-dir to start "
                                f"a new run (--finetune-from-model {path} to start it from these weights)")
+
+
+def _resumed_checkpoint(args) -> str:
+    """The checkpoint fairseq-train resumes from: --restore-file, checkpoint_last.pt in --save-dir by default."""
+    restore = run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt"
+    if restore != "checkpoint_last.pt":
+        return restore
+    return os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", restore)
+
+
+def _batches_per_update(processes: int, update_freq) -> Tuple[int, str]:
+    freq = int(update_freq[0] if isinstance(update_freq, (list, tuple)) or OmegaConf.is_list(update_freq)
+               else update_freq)
+    return processes * freq, f"{processes} process{'es' if processes > 1 else ''} x --update-freq {freq}"
+
+
+def warn_if_the_batch_changed(update_num: int, args) -> None:
+    """At a resume, say once when the checkpoint was trained with another number of batches per update
+    (processes x --update-freq): each update now averages another number of sentences."""
+    import torch.distributed as dist
+
+    if update_num <= 0 or not first_rank():
+        return
+    path = _resumed_checkpoint(args)
+    cfg = (checkpoint_header(path) or {}).get("cfg") or {}
+    try:
+        before, said = _batches_per_update(int(cfg["distributed_training"]["distributed_world_size"]),
+                                           cfg["optimization"]["update_freq"])
+    except (KeyError, TypeError, ValueError, IndexError):  # a checkpoint without them: nothing to compare
+        return
+    processes = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    now, says = _batches_per_update(processes, run_option(args, "update_freq", "optimization", [1]))
+    if now != before:
+        keep = f"pass --update-freq {before // processes} to keep it" if before % processes == 0 else (
+            f"keep processes x --update-freq at {before} to keep it")
+        logger.warning(f"{path} was trained with {before} batches per update ({said}), this run takes {now} ({says}): "
+                       f"each update now takes {now}/{before} of the batch it trained with; {keep} (docs/scale.md)")
 
 
 class LangshareDatasetManager(MultilingualDatasetManager):
@@ -375,6 +414,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if not self._updates_checked:  # the first step of this process: update_num is the checkpoint's count
             check_resumed_updates(update_num, self.args)
+            warn_if_the_batch_changed(update_num, self.args)
             self._updates_checked = True
         sample = self.ensure_lang_ids(sample, model)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
