@@ -28,6 +28,14 @@ def test_pair_without_data_is_a_one_line_error(corpus, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no train data for the pair en-zz .*train.en-zz.en.idx") as err:
         task.load_dataset("train")
     assert "\n" not in str(err.value)
+    # fairseq-train loads valid first: was "no valid data ... (langshare prepare-data with a valid.en-zz.tsv, ...)",
+    # which made en-zz a test-only direction, and the next run stopped on its training data
+    with pytest.raises(FileNotFoundError) as err:
+        task.load_dataset("valid")
+    assert str(err.value).startswith("no valid data for the pair en-zz, and no train data either, in ")
+    assert str(err.value).endswith(": binarize that direction (langshare prepare-data given en-zz.tsv, from which "
+                                   "valid and test sets are held out, or fairseq-preprocess) or remove it from "
+                                   "--lang-pairs / -s -t")
 
 
 def test_unknown_language_in_pairs_is_a_clear_error(corpus):

@@ -290,6 +290,12 @@ class LangshareDatasetManager(MultilingualDatasetManager):
                 if self.get_dataset_key(category, *pair.split("-")) not in shards:
                     src, tgt = pair.split("-")
                     data = data_paths[category].split(":")[0]
+                    if split != "train" and not any(os.path.isfile(os.path.join(data, f"train.{p}.{src}.idx"))
+                                                    for p in (pair, f"{tgt}-{src}")):
+                        raise FileNotFoundError(
+                            f"no {split} data for the pair {pair}, and no train data either, in {data}: binarize "
+                            f"that direction (langshare prepare-data given {pair}.tsv, from which valid and test "
+                            "sets are held out, or fairseq-preprocess) or remove it from --lang-pairs / -s -t")
                     raise FileNotFoundError(
                         f"no {split} data for the pair {pair} in {data} (expected "
                         f"{split}.{pair}.{src}.idx or {split}.{tgt}-{src}.{src}.idx): binarize that "
