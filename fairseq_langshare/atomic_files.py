@@ -12,6 +12,7 @@ result (a JSON and its markdown table) so that they are replaced together or not
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Mapping, Optional, Union
@@ -33,14 +34,18 @@ class OutputPathError(ValueError):
 
 def check_writable(path: PathLike, flag: str = "--out", inputs: Iterable[PathLike] = (),
                    protected: Mapping[str, Optional[PathLike]] = None, own: Callable[[Path], bool] = None,
-                   command: str = "this command", held: Callable[[Path], Optional[str]] = None) -> Path:
+                   command: str = "this command", held: Callable[[Path], Optional[str]] = None,
+                   regular: bool = False) -> Path:
     """Refuse ``path`` (the value of option ``flag``) now, before any work, if it is a directory, one of
     ``inputs``, an existing file under one of the ``protected`` directories ({"corpus": dir, "run": dir}) that
     ``own(path)`` does not recognise as an earlier output of ``command``, an existing non-empty file anywhere for
     which ``held(path)`` says what it holds (None: ``command`` may replace it), under a file, or in a directory
     where no file can be created (probed, so that a read-only file system or a root-owned directory counts too).
-    Creates nothing."""
+    With ``regular``, also a symbolic link (the rename would replace the link, not its target) and anything that is
+    no regular file (a FIFO, a device, a socket). Creates nothing."""
     path = Path(path)
+    if regular:
+        _check_regular(path, flag, command)
     if path.is_dir():
         raise OutputPathError(f"{flag} {path} is a directory; pass a file name")
     for given in inputs:
@@ -61,6 +66,23 @@ def check_writable(path: PathLike, flag: str = "--out", inputs: Iterable[PathLik
                                   "or move it away")
     check_creatable(path, flag)
     return path
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+            (stat.S_ISSOCK, "a socket"))
+
+
+def _check_regular(path: PathLike, flag: str = "--out", command: str = "this command") -> None:
+    """Refuse ``path`` when it is a symbolic link (dangling or not) or exists as something other than a regular file
+    or a directory: writing it atomically would replace the link or the special file by a regular file."""
+    path = Path(path)
+    if path.is_symlink():
+        raise OutputPathError(f"{flag} {path} is a symbolic link (to {os.readlink(path)}), which {command} would "
+                              "replace by a file; pass the file it points to, or another path")
+    mode = path.stat().st_mode if path.exists() else None
+    what = next((name for test, name in _SPECIAL if mode is not None and test(mode)), None)
+    if what is not None:
+        raise OutputPathError(f"{flag} {path} exists and is no regular file ({what}); write to another path")
 
 
 def check_directory_writable(path: PathLike, flag: str = "--out", why: str = "it gets several files") -> Path:

@@ -210,6 +210,30 @@ def test_out_never_replaces_a_file_export_did_not_write(trained, tmp_path):
     assert notes.read_text() == "mine"
 
 
+@pytest.mark.parametrize("kind", ["fifo", "link-to-an-export", "dangling-link"])
+def test_out_that_is_no_regular_file_is_refused_and_kept(trained, tmp_path, capsys, kind):
+    """Was: --out naming a FIFO (or a device node), a symlink to an earlier export or a dangling symlink was
+    replaced by a regular file (only `is_file()` was checked, which follows links and is False for a FIFO)."""
+    from cli_checks import langshare
+
+    out = tmp_path / "out.pt"
+    if kind == "fifo":
+        os.mkfifo(out)
+        expected = f"--out {out} exists and is no regular file (a FIFO); write to another path"
+    else:
+        target = tmp_path / ("en-xx.pt" if kind == "link-to-an-export" else "gone.pt")
+        if kind == "link-to-an-export":
+            export_pair(trained, "en", "xx", target, verbose=False)
+        out.symlink_to(target.name)
+        expected = (f"--out {out} is a symbolic link (to {target.name}), which export would replace by a file; pass "
+                    "the file it points to, or another path")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, line = langshare(capsys, "export", trained, "--src", "en", "--tgt", "xx", "--out", out)
+    assert (code, line) == (2, f"langshare export: error: {expected}"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert out.is_fifo() if kind == "fifo" else out.is_symlink()
+
+
 def test_export_cli(trained, tmp_path, capsys):
     parser = argparse.ArgumentParser(prog="langshare")
     export_command.add_subcommand(parser.add_subparsers(dest="command"))
