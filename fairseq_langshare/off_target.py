@@ -228,6 +228,7 @@ def add_off_target(results: Dict, corpus_dir: Optional[str] = None, identifier: 
     _check_corpus_holds_the_references(results, corpus_dir)
     _check_hypotheses(results)
     languages = corpus_languages(corpus_dir)
+    _check_corpus_languages(results, corpus_dir, languages)
     if identifier is None:
         identifier, why = load_identifier(languages)
         if identifier is None:
@@ -253,6 +254,20 @@ def _check_corpus_holds_the_references(results: Dict, corpus_dir: str) -> None:
             raise OffTargetError(f"the results of {direction} were scored against {ref.get('path')}, which {corpus_dir} "
                                  f"does not hold (its raw/{os.path.basename(here)} {why}): pass the corpus the results "
                                  "were evaluated on, or none (the results name it)")
+
+
+def _check_corpus_languages(results: Dict, corpus_dir: str, languages: List[str]) -> None:
+    """Refuse a corpus of other languages than the results' (two corpora can share a direction's references):
+    the identifier would choose among other languages. The results' languages are those their rates were
+    measured among, else those of the corpus they name, where it still is."""
+    named = results.get("corpus")
+    before = list(((results.get("off_target") or {}).get("languages") or {}))
+    if not before and named and os.path.isdir(named):
+        before = corpus_languages(named)
+    if before and set(before) != set(languages):
+        raise OffTargetError(f"{corpus_dir} has the languages {', '.join(languages)}, but the results were evaluated "
+                             f"on a corpus of {', '.join(before)} ({named}): pass that corpus, or none (the results "
+                             "name it)")
 
 
 def add_measured(results: Dict, measurement: Dict, identifier: Optional[Identifier] = None) -> Dict:
@@ -411,6 +426,7 @@ def markdown(measured: Dict) -> str:
 
 def _run(args):
     from .atomic_files import check_writable, write_json_atomic
+    from .result_kinds import OFF_TARGET_JSON, held_unless
 
     if args.results:
         for path in args.results:
@@ -436,8 +452,9 @@ def _run(args):
         return 0
     if not args.corpus:
         raise OffTargetError("pass the corpus directory (and --results FILE... to add the rate to evaluate results)")
-    if args.out_json:
-        check_writable(args.out_json, "--out-json")
+    if args.out_json:  # never over a file off-target did not write, nor one of the corpus
+        check_writable(args.out_json, "--out-json", protected={"corpus": args.corpus}, command="off-target",
+                       held=held_unless(OFF_TARGET_JSON, "off-target"))
     measured = measure_corpus(args.corpus, args.split)
     if args.out_json:
         write_json_atomic(args.out_json, measured)

@@ -1,7 +1,7 @@
-"""What a results file is, told from its content: the JSON that ``langshare evaluate``, ``compare`` and
-``head-to-head`` write, and evaluate's and compare's markdown. ``compare`` refuses a file of another kind by name
-(a compare output is not a run's results); ``evaluate`` and ``compare`` replace an existing file only when it is
-one of their own outputs (evaluate's: of the same checkpoint), through ``held_unless`` and
+"""What a results file is, told from its content: the JSON that ``langshare evaluate``, ``compare``,
+``head-to-head`` and ``off-target`` write, and evaluate's and compare's markdown. ``compare`` refuses a file of
+another kind by name (a compare output is not a run's results); ``evaluate``, ``compare`` and ``off-target`` replace an existing file
+only when it is one of their own outputs (evaluate's: of the same checkpoint), through ``held_unless`` and
 ``atomic_files.check_writable``."""
 
 import json
@@ -10,7 +10,7 @@ import re
 from typing import Callable, Optional
 
 __all__ = ["EVALUATE_JSON", "EVALUATE_MARKDOWN", "COMPARE_JSON", "COMPARE_MARKDOWN", "COMPARE_MARKDOWN_TITLE",
-           "HEAD_TO_HEAD_JSON", "json_kind", "file_kind", "held_unless"]
+           "HEAD_TO_HEAD_JSON", "OFF_TARGET_JSON", "json_kind", "file_kind", "held_unless"]
 
 EVALUATE_JSON = "a `langshare evaluate` results file"
 EVALUATE_MARKDOWN = "a `langshare evaluate` markdown table"
@@ -18,6 +18,7 @@ COMPARE_JSON = "a `langshare compare` output (--out-json)"
 COMPARE_MARKDOWN = "a `langshare compare` output (--out-md)"
 COMPARE_MARKDOWN_TITLE = "Comparison by `langshare compare` of "  # the first line compare's CLI writes
 HEAD_TO_HEAD_JSON = "a `langshare head-to-head` results file"
+OFF_TARGET_JSON = "a `langshare off-target` measurement (--out-json)"
 _MARKDOWN_STARTS = ("Checkpoint `", "| direction | train pairs | group |")  # evaluation.to_markdown's first line
 _MARKDOWN_CHECKPOINT = re.compile(r"^Checkpoint `(.*?)` on `")
 
@@ -33,6 +34,8 @@ def json_kind(obj) -> Optional[str]:
     rows = obj.get("directions")
     if isinstance(rows, dict) and rows and all(isinstance(r, dict) for r in rows.values()):
         return EVALUATE_JSON
+    if {"identifier", "rules", "languages", "corpus"} <= set(obj) and isinstance(obj["languages"], dict):
+        return OFF_TARGET_JSON
     return None
 
 

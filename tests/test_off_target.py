@@ -323,6 +323,17 @@ def test_rates_are_not_added_from_another_corpus(tmp_path):
                              "were evaluated on, or none \(the results name it\)$"):
         off_target.add_off_target(results(), other)
     assert off_target.add_off_target(results(), str(moved))["directions"]["en-fr"]["off_target"] is not None
+    # the same references in a corpus of other languages (gettext corpora of en,fr,de and en,fr,nb share en-fr's
+    # test set): was rated against the other corpus's languages, and the file rewritten
+    own3 = reference_corpus(tmp_path / "own3", ["en", "fr", "de"])
+    other3 = shutil.copytree(own3, tmp_path / "other3")
+    (other3 / "manifest.json").write_text(json.dumps({"langs": ["en", "fr", "nb"]}))
+    rated = off_target.add_off_target(dict(results(), corpus=own3, references={
+        "en-fr": reference_identity(f"{own3}/raw/test.en-fr.fr")}))
+    with pytest.raises(off_target.OffTargetError,
+                       match=rf"^{other3} has the languages en, fr, nb, but the results were evaluated on a corpus of "
+                             rf"en, fr, de \({own3}\): pass that corpus, or none \(the results name it\)$"):
+        off_target.add_off_target(rated, str(other3))
 
 
 def test_a_corpus_of_languages_the_identifier_does_not_know_gets_no_rate_and_no_error():
@@ -394,3 +405,28 @@ def test_the_table_shows_how_many_hypotheses_each_rate_rests_on(tmp_path):
     assert "| en-de | - | low | - | - | 100.00 | 4 | - |" in table, table
     assert "| All | - | - | - | 11.76 | 34 |" in table, table
     assert "rated: the hypotheses long enough to identify" in table
+
+
+def test_the_measurement_replaces_only_an_earlier_measurement(tmp_path, capsys):
+    """Was: `langshare off-target CORPUS --out-json FILE` replaced any file: a user's notes, a checkpoint, evaluate
+    results, the corpus's own manifest."""
+    from fairseq_langshare import cli
+
+    pytest.importorskip("py3langid")
+    corpus = reference_corpus(tmp_path / "c", ["en", "fr"])
+    notes, results = tmp_path / "notes.txt", tmp_path / "r.json"
+    notes.write_text("my notes\n")
+    results.write_text(json.dumps({"checkpoint": "x.pt", "directions": {"en-fr": {"bleu": 1.0}}}))
+    manifest = tmp_path / "c" / "manifest.json"
+    for path, held in ((notes, "a file off-target did not write"),
+                       (results, "a `langshare evaluate` results file"),
+                       (manifest, None)):
+        before = path.read_bytes()
+        assert cli.main(["off-target", corpus, "--out-json", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and (held is None or f"holds {held}, which off-target would replace" in err[0]), err
+        assert path.read_bytes() == before
+    out = tmp_path / "measured.json"
+    assert cli.main(["off-target", corpus, "--out-json", str(out)]) == 0
+    assert cli.main(["off-target", corpus, "--out-json", str(out)]) == 0  # its own earlier output: replaced
+    assert json.loads(out.read_text())["languages"]["fr"]["references"] == 40
