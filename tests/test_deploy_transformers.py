@@ -534,6 +534,39 @@ def test_out_in_a_directory_that_does_not_exist_yet(baseline_export, tmp_path, c
     assert (out / "model.safetensors").is_file() and sorted(p.name for p in out.parent.iterdir()) == ["en-fr"]
 
 
+@pytest.mark.parametrize("fmt", ["ctranslate2", "transformers"])
+@pytest.mark.parametrize("where", ["under-a-file", "unwritable"])
+def test_out_that_cannot_be_written_is_refused_before_any_work(baseline_export, tmp_path, capsys, monkeypatch, fmt,
+                                                                where):
+    """Was: --out under a regular file ended in a FileExistsError traceback, --out in /sys in a PermissionError
+    one (after the pair was exported); the directory formats now give --format fairseq's line, before any work."""
+    from fairseq_langshare.deploy import pair_export
+    from test_bad_input import unwritable_dir
+
+    pytest.importorskip(fmt)
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("exported before refusing --out")
+
+    _, ckpt, _ = baseline_export
+    monkeypatch.setattr(pair_export, "export_pair", no_work)
+    if where == "under-a-file":
+        (tmp_path / "notes.txt").write_text("mine")
+        out = tmp_path / "notes.txt" / "sub"
+        expected = f"cannot write --out {out}: {tmp_path / 'notes.txt'} is a file, not a directory; choose another path"
+    else:
+        locked = unwritable_dir(tmp_path)
+        out = locked / "en-fr"
+        expected = f"cannot write --out {out}: no file can be created in {locked} ("
+    before = sorted(p.name for p in tmp_path.iterdir())
+    capsys.readouterr()
+    assert langshare(["export", str(ckpt), "--src", "en", "--tgt", "fr", "--format", fmt, "--out", str(out)]) == 2
+    err = one_line_error(capsys)
+    assert err.startswith(f"langshare export: error: {expected}"), err
+    assert where == "under-a-file" or err.endswith("; choose another path or fix its permissions"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and not out.exists()
+
+
 @needs_transformers
 def test_an_earlier_export_whose_files_were_changed_is_not_replaced(baseline_export, tmp_path, capsys):
     """Was: a model fine-tuned in place (``save_pretrained`` into the export) was replaced by the

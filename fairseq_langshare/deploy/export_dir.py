@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Dict, List
 
-from ..atomic_files import write_json_atomic
+from ..atomic_files import check_creatable, write_json_atomic
 from ..data.corpus_build import sha256
 from ..export import ExportError
 
@@ -95,7 +95,8 @@ class OutDir:
         self.error = error
 
     def check(self) -> None:
-        """Refuse (one line, nothing written) a file, or a directory holding anything no export wrote."""
+        """Refuse (one line, nothing written) a file, a path where the directory cannot be made, or a directory
+        holding anything no export wrote."""
         out = self.target
         if out.exists() and not out.is_dir():
             raise self.error(f"{self.given} is a file: --out names the directory the model is written to")
@@ -103,6 +104,9 @@ class OutDir:
             raise self.error(f"--out {self.given} is the working directory, which the export would replace by a new "
                              f"one (your shell would be left in a deleted directory): run it from the parent "
                              f"directory with --out {out.name} (nothing was written)")
+        # the staging directory is made beside DIR (its parents created): refuse a path under a file or where
+        # nothing can be created, as --format fairseq does
+        check_creatable(out, "--out", shown=self.given)
         if not out.is_dir() or not any(out.iterdir()):
             return
         manifest_path = out / MANIFEST
