@@ -718,3 +718,22 @@ def test_a_direction_recorded_without_a_seed_every_model_has_names_its_runs(tmp_
     assert ("Recorded but not reported (no seed that every recorded model of O2M has, or no baseline run): "
             "o2m/baseline/seed1, o2m/lsl/seed2.") in o2m, o2m
     assert "### M2M\n\nNot yet recorded." in section
+
+
+def test_the_report_replaces_only_its_own_json_and_figure(tmp_path, capsys):
+    """Was: `head-to-head --report-only --out-json notes.json --figure my.png` replaced the user's files (the
+    markdown and README only ever get a marked section)."""
+    paths = _outputs(tmp_path)
+    make_record(tmp_path / "record", models=("baseline", "lsl"), seeds=(1,))
+    for key, held in (("out_json", "a file head-to-head did not write"), ("figure", "a file head-to-head did not write")):
+        os.makedirs(os.path.dirname(paths[key]), exist_ok=True)
+        with open(paths[key], "w") as f:
+            f.write("mine\n")
+        with pytest.raises(ValueError, match=rf"holds {held}, which head-to-head would replace"):
+            head_to_head.head_to_head(report_only=True, record_dir=str(tmp_path / "record"), n_samples=10, **paths)
+        assert open(paths[key]).read() == "mine\n"
+        os.remove(paths[key])
+    for _ in range(2):  # the second replaces the first's outputs
+        head_to_head.head_to_head(report_only=True, record_dir=str(tmp_path / "record"), n_samples=10,
+                                  stream=open(os.devnull, "w"), **paths)
+    assert open(paths["figure"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"

@@ -21,6 +21,7 @@ from typing import Dict, List, Optional
 
 from .. import comparison, off_target, significance
 from ..atomic_files import check_writable, json_text, write_files_atomic
+from ..result_kinds import HEAD_TO_HEAD_JSON, held_unless
 from . import head_to_head_record, head_to_head_standings, head_to_head_zero_shot
 from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
 from .head_to_head_runs import FLOPS_TOLERANCE, TRAIN_FLAGS, inference_cost, percent_text, ratio_text
@@ -296,9 +297,25 @@ def draw(data: Dict, metric: str = "bleu"):
     return fig
 
 
+FIGURE_TITLE = "langshare head-to-head"  # the PNG's Title: a --figure the report may replace holds it
+
+
 def _png_writer(fig):
-    """Write ``fig`` as PNG without the matplotlib version (the same figure, the same bytes)."""
-    return lambda tmp: fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None})
+    """Write ``fig`` as PNG without the matplotlib version (the same figure, the same bytes), titled FIGURE_TITLE."""
+    return lambda tmp: fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None, "Title": FIGURE_TITLE})
+
+
+def _figure_held(path) -> Optional[str]:
+    """For ``check_writable(held=...)``: None for a figure of the report's (its PNG title), else what the file is."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            if getattr(image, "text", {}).get("Title") == FIGURE_TITLE:
+                return None
+    except (OSError, ValueError):
+        pass
+    return "a file head-to-head did not write"
 
 
 def _thousands(n):
@@ -428,11 +445,12 @@ def _with_section(path: str, start: str, end: str, section: str) -> str:
 
 def check_outputs(out_json: str, out_md: Optional[str], figure: Optional[str], readme: Optional[str] = None) -> None:
     """Refuse, before any training, a report path that cannot be written or is another of them."""
-    check_writable(out_json, "--out-json")
-    for flag, path, others in (("--out-md", out_md, [out_json]), ("--figure", figure, [out_json, out_md]),
-                               ("--readme", readme, [out_json, out_md, figure])):
+    check_writable(out_json, "--out-json", command="head-to-head", held=held_unless(HEAD_TO_HEAD_JSON, "head-to-head"))
+    for flag, path, others, held in (("--out-md", out_md, [out_json], None),  # a marked section: the rest is kept
+                                     ("--figure", figure, [out_json, out_md], _figure_held),
+                                     ("--readme", readme, [out_json, out_md, figure], None)):
         if path:
-            check_writable(path, flag, inputs=[p for p in others if p])
+            check_writable(path, flag, inputs=[p for p in others if p], command="head-to-head", held=held)
 
 
 def report(record_dir: str, out_json: str, out_md: Optional[str] = None, figure: Optional[str] = None,
