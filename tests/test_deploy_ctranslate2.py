@@ -421,3 +421,23 @@ def test_dictionaries_of_the_same_size_but_other_entries_are_refused(spm_corpus,
     assert f"the dictionaries in {data} are not those {ckpt} was trained with" in err, err
     assert err.endswith("pass --data, the fairseq-preprocess directory the model was trained on"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "other"]
+
+
+def reexport(trained, out):
+    """The re-export command ``langshare translate`` names for a damaged or incomplete export ``out``."""
+    return (f"re-export it (langshare export {trained.resolve()} --src en --tgt fr --format ctranslate2 "
+            f"--quantization float32 --out {out})")
+
+
+@needs_ctranslate2
+def test_missing_sentencepiece_model_is_named_with_the_fix(trained, exported, tmp_path, capsys):
+    """Was: `RuntimeError: NOT_FOUND: "DIR/spm.model"` with a traceback."""
+    import shutil
+
+    out = tmp_path / "en-fr"
+    shutil.copytree(exported["en-fr"][0], out)
+    (out / "spm.model").unlink()
+    (tmp_path / "in.txt").write_text("open the file\n")
+    assert langshare(["translate", str(out), "--input", str(tmp_path / "in.txt")]) == 2
+    assert one_line_error(capsys, "translate") == (f"langshare translate: error: {out / 'spm.model'} is missing: "
+                                                   f"{reexport(trained, out)}")

@@ -28,7 +28,9 @@ def fake_export(tmp_path):
     """A directory with the manifest of a CTranslate2 export (translate checks it before reading stdin)."""
     export = tmp_path / "export"
     export.mkdir(exist_ok=True)
-    (export / "langshare.json").write_text('{"format": "langshare-ctranslate2"}')
+    (export / "langshare.json").write_text('{"format": "langshare-ctranslate2", "files": ["model.bin", "spm.model"]}')
+    for name in ("model.bin", "spm.model"):  # present: translate refuses an export missing a file it lists
+        (export / name).touch()
     return export
 
 

@@ -16,15 +16,16 @@ directory of an export that was killed (its process is gone) is removed by the n
 import json
 import os
 import re
+import shlex
 import shutil
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from ..atomic_files import check_creatable, write_json_atomic
 from ..data.corpus_build import sha256
 from ..export import ExportError
 
-__all__ = ["MANIFEST", "OutDir", "read_manifest"]
+__all__ = ["MANIFEST", "OutDir", "read_manifest", "reexport_fix"]
 
 MANIFEST = "langshare.json"
 # what a CTranslate2 export wrote before its manifest listed its files
@@ -47,6 +48,17 @@ def read_manifest(model_dir, fmt: str, error=ExportError) -> Dict:
                         f"export the checkpoint again with langshare export --format {flag}")
         raise error(f"{path} is not a {fmt} manifest: re-export the model with langshare export --format {flag}")
     return manifest
+
+
+def reexport_fix(model_dir, flag: str, manifest: Optional[Dict] = None) -> str:
+    """The fix for an export with a missing or damaged file: the command that writes it again (checkpoint, pair and
+    quantization from its ``manifest``; placeholders where it cannot be read)."""
+    manifest = manifest if isinstance(manifest, dict) else {}
+    provenance = manifest.get("provenance") if isinstance(manifest.get("provenance"), dict) else {}
+    argv = ["langshare", "export", str(provenance.get("checkpoint") or "CKPT"), "--src", str(manifest.get("src") or "SRC"),
+            "--tgt", str(manifest.get("tgt") or "TGT"), "--format", flag]
+    argv += ["--quantization", str(manifest["quantization"])] if manifest.get("quantization") else []
+    return f"re-export it ({shlex.join(argv + ['--out', str(model_dir)])})"
 
 
 _LOADED_BY = {"transformers": "load it with transformers' AutoModelForSeq2SeqLM.from_pretrained, docs/deploy.md",

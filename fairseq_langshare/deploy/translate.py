@@ -16,15 +16,16 @@ EOS with ``S`` the longest source of the batch including its language token and 
 
 import sys
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from tqdm import tqdm
 
 from .ctranslate2_export import SPM_NAME, DeployError, read_manifest, require_ctranslate2
+from .export_dir import reexport_fix
 from ..option_ranges import Range
 from ..tasks.interactive_input import check_input_file, decodable
 
-__all__ = ["PairTranslator", "add_subcommand"]
+__all__ = ["PairTranslator", "check_export", "add_subcommand"]
 
 EOS = "</s>"
 PROGRESS_MIN_LINES = 1000  # a progress bar on stderr from this many input lines on
@@ -37,6 +38,17 @@ def detokenize(pieces: Iterable[str]) -> str:
     return post_process(" ".join(pieces), "sentencepiece")
 
 
+def check_export(model_dir) -> Dict:
+    """The manifest of the CTranslate2 export ``model_dir``; a file it lists (or, in an export written before
+    manifests listed files, ``model.bin`` or the SentencePiece model) that is missing is refused in one line."""
+    manifest = read_manifest(model_dir)
+    files = manifest.get("files") if isinstance(manifest.get("files"), list) else ["model.bin"]
+    for name in [*files, manifest.get("spm_model", SPM_NAME)]:
+        if not (Path(model_dir) / name).exists():
+            raise DeployError(f"{Path(model_dir) / name} is missing: {reexport_fix(model_dir, 'ctranslate2', manifest)}")
+    return manifest
+
+
 class PairTranslator:
     """An exported pair loaded for decoding (``device`` cpu|cuda, ``threads`` per translation)."""
 
@@ -45,7 +57,7 @@ class PairTranslator:
 
         ctranslate2 = require_ctranslate2()
         self.model_dir = Path(model_dir)
-        self.manifest = read_manifest(self.model_dir)
+        self.manifest = check_export(self.model_dir)
         self.source_prefix = list(self.manifest["source_prefix"])
         self.target_prefix = list(self.manifest["target_prefix"])
         self.max_positions = int(self.manifest.get("max_target_positions", 1024))
@@ -131,7 +143,7 @@ def _run(args) -> int:
         raise ValueError("--max-len-a 0 with --max-len-b 0 leaves no target token: pass --max-len-b 1 or more "
                          "(fairseq-generate's default is 200)")
     require_ctranslate2()
-    read_manifest(args.model_dir)  # before stdin is read: a directory that is no CTranslate2 export is refused at once
+    check_export(args.model_dir)  # before stdin is read: no CTranslate2 export, or an incomplete one, is refused at once
     lines = read_input(args.input)  # before the model loads: a bad --input file is refused at once
     translator = PairTranslator(args.model_dir, device=args.device, threads=args.threads)
     chunk = max(args.batch_size * 32, 1024)  # sorted by length within a chunk; output streams chunk by chunk
