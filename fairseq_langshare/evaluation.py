@@ -443,7 +443,7 @@ def _checkpoint_task(checkpoint):
     if name not in SUPPORTED_TASKS:
         raise EvaluationError(f"checkpoint {checkpoint} was trained with task {name!r}; evaluate supports "
                               f"{', '.join(SUPPORTED_TASKS)}")
-    return name, task
+    return name, task, (state.get("extra_state") or {}).get("langshare_export")
 
 
 def _task_flags(task_name, task_cfg):
@@ -604,7 +604,7 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
     else:
         baseline_results, baseline_name = baseline, "given results"
 
-    task_name, task_cfg = _checkpoint_task(checkpoint)
+    task_name, task_cfg, export = _checkpoint_task(checkpoint)
     langs = _csv(task_cfg.get("langs")) or _csv(task_cfg.get("lang_dict"))
     trained = _csv(task_cfg.get("lang_pairs"))
     skipped = {}
@@ -642,6 +642,13 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
             why = corpus.missing(split, *parts)
             if why is not None:
                 raise EvaluationError(why)
+    if export:  # a pair's network: another direction would decode with the pair's language-specific parameters
+        pair = f"{export['src']}-{export['tgt']}"
+        others = [d for d in directions if d != pair]
+        if others:
+            raise EvaluationError(f"{checkpoint} is the {export['src']}->{export['tgt']} export of {export['from']} "
+                                  f"(langshare export): it translates {pair} only; evaluate {','.join(others)} with "
+                                  f"{export['from']}")
     for d in skipped:
         logger.warning("skipping %s: %s", d, skipped[d])
     for d in directions:

@@ -431,3 +431,16 @@ def test_evaluate_cli_and_errors(trained_spm_corpus, tmp_path, capsys):
         assert exc.value.code == 2 and text.count("\n") == 1, text
         assert text.startswith("langshare evaluate: error: "), text
         assert re.search(message, text), text
+
+
+def test_a_pair_export_is_evaluated_on_its_pair_only(trained_spm_corpus, tmp_path):
+    """Was: `langshare evaluate EN-XX.pt CORPUS --directions en-yy` decoded en-yy with en-xx's network and reported it
+    as a zero-shot direction."""
+    from fairseq_langshare.export import export_pair
+
+    corpus, checkpoint = trained_spm_corpus
+    pair = tmp_path / "en-xx.pt"
+    export_pair(str(checkpoint), "en", "xx", pair, verbose=False)
+    with pytest.raises(EvaluationError, match=rf"^{pair} is the en->xx export of {checkpoint} \(langshare export\): it "
+                                              rf"translates en-xx only; evaluate en-yy with {checkpoint}$"):
+        evaluate(str(pair), str(corpus), directions="en-xx,en-yy", beam=1)
