@@ -441,3 +441,40 @@ def test_missing_sentencepiece_model_is_named_with_the_fix(trained, exported, tm
     assert langshare(["translate", str(out), "--input", str(tmp_path / "in.txt")]) == 2
     assert one_line_error(capsys, "translate") == (f"langshare translate: error: {out / 'spm.model'} is missing: "
                                                    f"{reexport(trained, out)}")
+
+
+@needs_ctranslate2
+@pytest.mark.parametrize("damage", ["truncated-model", "deleted-model", "truncated-manifest", "truncated-spm"])
+def test_damaged_export_is_named_as_damaged_with_the_fix(trained, exported, tmp_path, capsys, damage):
+    """Was: a truncated or deleted model.bin got "re-export it with another --quantization or use another --device"
+    (the file was damaged, not the settings); a truncated langshare.json a bare JSON error naming neither file nor
+    fix. Following the fix (delete the damaged file, re-export) makes the export translate again."""
+    import shlex
+    import shutil
+
+    out = tmp_path / "en-fr"
+    shutil.copytree(exported["en-fr"][0], out)
+    name = {"truncated-model": "model.bin", "deleted-model": "model.bin", "truncated-manifest": "langshare.json",
+            "truncated-spm": "spm.model"}[damage]
+    data = (out / name).read_bytes()
+    if damage == "deleted-model":
+        (out / name).unlink()
+    else:
+        (out / name).write_bytes(data[: len(data) // 2])
+    (tmp_path / "in.txt").write_text("open the file\n")
+    assert langshare(["translate", str(out), "--input", str(tmp_path / "in.txt")]) == 2
+    err = one_line_error(capsys, "translate")
+    assert "--quantization or use another --device" not in err, err
+    if damage == "deleted-model":
+        assert err == f"langshare translate: error: {out / name} is missing: {reexport(trained, out)}", err
+    elif damage == "truncated-manifest":
+        assert err.startswith(f"langshare translate: error: {out / name} is damaged (not valid JSON: "), err
+        assert err.endswith(f"): re-export it (langshare export CKPT --src SRC --tgt TGT --format ctranslate2 "
+                            f"--out {out})"), err
+    else:
+        assert err.startswith(f"langshare translate: error: {out / name} is damaged ("), err
+        assert err.endswith(f"not the file langshare export wrote): delete it and {reexport(trained, out)}"), err
+        (out / name).unlink()
+        command = shlex.split(reexport(trained, out)[len("re-export it ("):-1])
+        assert langshare(command[1:]) == 0
+        assert langshare(["translate", str(out), "--input", str(tmp_path / "in.txt")]) == 0

@@ -25,7 +25,7 @@ from ..atomic_files import check_creatable, write_json_atomic
 from ..data.corpus_build import sha256
 from ..export import ExportError
 
-__all__ = ["MANIFEST", "OutDir", "read_manifest", "reexport_fix"]
+__all__ = ["MANIFEST", "OutDir", "read_manifest", "reexport_fix", "changed_files"]
 
 MANIFEST = "langshare.json"
 # what a CTranslate2 export wrote before its manifest listed its files
@@ -39,8 +39,13 @@ def read_manifest(model_dir, fmt: str, error=ExportError) -> Dict:
     flag = fmt.replace("langshare-", "")
     if not path.is_file():
         raise error(f"{model_dir} holds no {MANIFEST}: pass a directory written by langshare export --format {flag}")
-    with open(path, encoding="utf-8") as f:
-        manifest = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except ValueError as reason:  # truncated or overwritten
+        raise error(f"{path} is damaged (not valid JSON: {reason}): {reexport_fix(model_dir, flag)}") from None
+    if not isinstance(manifest, dict):
+        raise error(f"{path} is damaged (no JSON object): {reexport_fix(model_dir, flag)}")
     if manifest.get("format") != fmt:
         other = str(manifest.get("format") or "").replace("langshare-", "")
         if other in _LOADED_BY:
@@ -59,6 +64,13 @@ def reexport_fix(model_dir, flag: str, manifest: Optional[Dict] = None) -> str:
             "--tgt", str(manifest.get("tgt") or "TGT"), "--format", flag]
     argv += ["--quantization", str(manifest["quantization"])] if manifest.get("quantization") else []
     return f"re-export it ({shlex.join(argv + ['--out', str(model_dir)])})"
+
+
+def changed_files(model_dir, manifest: Dict) -> List[str]:
+    """The files of an export whose sha256 is not the one its ``manifest`` recorded (damaged, or changed since)."""
+    written = manifest.get("sha256") if isinstance(manifest, dict) else None
+    return [name for name, digest in sorted(written.items() if isinstance(written, dict) else ())
+            if (Path(model_dir) / name).is_file() and sha256(Path(model_dir) / name) != digest]
 
 
 _LOADED_BY = {"transformers": "load it with transformers' AutoModelForSeq2SeqLM.from_pretrained, docs/deploy.md",
@@ -136,9 +148,7 @@ class OutDir:
             raise self.error(f"{self.given} is an earlier export that also holds files langshare export did not write "
                              f"({_shown(foreign)}): move them out of it or pass a new --out directory (nothing was "
                              "written)")
-        written = manifest.get("sha256") if isinstance(manifest, dict) else None
-        changed = [name for name, digest in sorted((written or {}).items())
-                   if (out / name).is_file() and sha256(out / name) != digest]
+        changed = changed_files(out, manifest)
         if changed:
             raise self.error(f"{self.given}/{changed[0]} changed since langshare export wrote it"
                              f"{f' (and {len(changed) - 1} more file)' if len(changed) > 1 else ''} (fine-tuned and "

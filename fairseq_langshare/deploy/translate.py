@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional
 from tqdm import tqdm
 
 from .ctranslate2_export import SPM_NAME, DeployError, read_manifest, require_ctranslate2
-from .export_dir import reexport_fix
+from .export_dir import changed_files, reexport_fix
 from ..option_ranges import Range
 from ..tasks.interactive_input import check_input_file, decodable
 
@@ -49,6 +49,10 @@ def check_export(model_dir) -> Dict:
     return manifest
 
 
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [""])[0]
+
+
 class PairTranslator:
     """An exported pair loaded for decoding (``device`` cpu|cuda, ``threads`` per translation)."""
 
@@ -61,7 +65,13 @@ class PairTranslator:
         self.source_prefix = list(self.manifest["source_prefix"])
         self.target_prefix = list(self.manifest["target_prefix"])
         self.max_positions = int(self.manifest.get("max_target_positions", 1024))
-        self.spm = sentencepiece.SentencePieceProcessor(model_file=str(self.model_dir / self.manifest.get("spm_model", SPM_NAME)))
+        spm = self.model_dir / self.manifest.get("spm_model", SPM_NAME)
+        try:
+            self.spm = sentencepiece.SentencePieceProcessor(model_file=str(spm))
+        except (OSError, RuntimeError) as error:
+            self._refuse_damaged(error)
+            raise DeployError(f"{spm} is not a SentencePiece model ({_first_line(error)}): "
+                              f"{reexport_fix(self.model_dir, 'ctranslate2', self.manifest)}") from None
         if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
             raise DeployError("CTranslate2 sees no CUDA device here: use --device cpu")
         try:
@@ -69,11 +79,21 @@ class PairTranslator:
                                                      inter_threads=1, intra_threads=threads)
         except (ValueError, RuntimeError, IndexError) as error:  # e.g. a compute type this device cannot run;
             # IndexError: a variable the model lacks ("variable encoder/layer_0/... not found": a stack without layers)
-            first = (str(error).strip().splitlines() or [""])[0]
+            self._refuse_damaged(error)
             fix = ("re-export it with langshare export, which refuses what CTranslate2 cannot run and names what to "
                    "do instead" if isinstance(error, IndexError) else
                    "re-export it with another --quantization or use another --device")
-            raise DeployError(f"CTranslate2 cannot load {self.model_dir} on {device} ({first}): {fix}") from None
+            raise DeployError(f"CTranslate2 cannot load {self.model_dir} on {device} ({_first_line(error)}): "
+                              f"{fix}") from None
+
+    def _refuse_damaged(self, error: Exception) -> None:
+        """A file that failed to load and is not what the export wrote (its sha256 in the manifest) is damaged:
+        say so, with the fix, rather than blame the settings."""
+        damaged = changed_files(self.model_dir, self.manifest)
+        if damaged:
+            raise DeployError(f"{self.model_dir / damaged[0]} is damaged ({_first_line(error)}; not the file langshare "
+                              f"export wrote): delete it and "
+                              f"{reexport_fix(self.model_dir, 'ctranslate2', self.manifest)}") from None
 
     def encode(self, line: str) -> List[str]:
         """Source tokens as the model reads them (CTranslate2 appends EOS itself), as fairseq-interactive
