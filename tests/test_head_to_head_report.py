@@ -303,6 +303,16 @@ def test_a_record_of_two_head_to_heads_or_two_configurations_is_refused(tmp_path
     os.replace(tmp_path / "record" / "o2m" / "lsl" / "seed1.json.gz", tmp_path / "moved" / "o2m" / "clsr" / "seed1.json.gz")
     with pytest.raises(ValueError, match="holds the run o2m/lsl/seed1, not the one its path names"):
         head_to_head_record.read(str(tmp_path / "moved"))
+    # a truncated record file (was: gzip's EOFError traceback)
+    moved = tmp_path / "moved" / "o2m" / "clsr" / "seed1.json.gz"
+    moved.write_bytes(moved.read_bytes()[:200])
+    with pytest.raises(ValueError, match=rf"^head-to-head record {moved} cannot be read \(.*\); restore it from git$"):
+        head_to_head_record.read(str(tmp_path / "moved"))
+    log = tmp_path / "train.log.gz"
+    head_to_head_record.dump_log(str(log), "2026-11-28 10:00:00 | INFO | train_inner | {\"epoch\": 1}\n" * 500)
+    log.write_bytes(log.read_bytes()[:60])
+    with pytest.raises(ValueError, match=rf"^training log {log} cannot be read \(.*\); restore it from git$"):
+        head_to_head_record.training_seconds(str(log))
     # references that do not match their sha256
     refs_path = head_to_head_record.references_path(str(tmp_path / "record"), "o2m")
     refs_data = head_to_head_record.load(refs_path)

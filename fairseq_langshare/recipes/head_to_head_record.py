@@ -33,6 +33,7 @@ import platform
 import re
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -85,7 +86,7 @@ def load(path: str) -> Dict:
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             return json.load(f)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, EOFError, zlib.error) as error:  # EOFError, zlib.error: a truncated or damaged gzip
         raise ValueError(f"head-to-head record {path} cannot be read ({error}); restore it from git") from None
 
 
@@ -137,7 +138,11 @@ def _logged_stats(log_path: str):
         return
     opener = gzip.open if log_path.endswith(".gz") else open
     with opener(log_path, "rt", encoding="utf-8", errors="replace") as f:
-        for line in f:
+        try:
+            lines = f.readlines()
+        except (OSError, EOFError, zlib.error) as error:  # a truncated or damaged gzip
+            raise ValueError(f"training log {log_path} cannot be read ({error}); restore it from git") from None
+        for line in lines:
             start = line.find('{"epoch"')
             if start < 0 and not any(marker in line for marker in _START_LINES):
                 continue
