@@ -89,10 +89,11 @@ def _raised_by_torch_load(error: BaseException) -> bool:
 
 
 def _newest_readable_sibling(path):
-    """The most recently written other ``*.pt`` next to ``path`` that is a complete zip archive (torch's format)."""
+    """The most recently written other training checkpoint (``checkpoint*.pt``, fairseq's names: not an export)
+    next to ``path`` that is a complete zip archive (torch's format)."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        names = [n for n in os.listdir(folder) if n.endswith(".pt")]
+        names = [n for n in os.listdir(folder) if n.startswith("checkpoint") and n.endswith(".pt")]
     except OSError:
         return None
     candidates = []
@@ -122,10 +123,10 @@ def _explain_unreadable(path, error: Exception) -> str:
     name = os.path.basename(path)
     if other is None:
         return f"{text}; no other checkpoint next to it is readable: re-create it (train or export again)"
-    text += f"; the newest readable checkpoint next to it is {other}"
+    text += f"; the newest readable checkpoint next to it is {other}: pass that one"
     if name.startswith("checkpoint_last"):
-        return f"{text}: to resume training from it, move {name} aside and copy that file to {name}"
-    return f"{text}: use that one"
+        return f"{text} (to resume training from it, move {name} aside and copy that file to {name})"
+    return text
 
 
 def _broadcast_object_slow(obj, src_rank, group, dist_device):

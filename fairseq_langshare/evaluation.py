@@ -429,6 +429,8 @@ def _checkpoint_task(checkpoint):
         state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
     except Exception as e:  # a corrupt file or foreign pickle: say which file and why, in one line
         first = (str(e).strip().splitlines() or [""])[0]
+        if isinstance(e, CheckpointError):  # the package's own line names the file already
+            raise EvaluationError(first) from e
         raise EvaluationError(f"cannot read checkpoint {checkpoint}: {type(e).__name__}: {first}") from e
     cfg = state.get("cfg")
     task = cfg.get("task") if cfg is not None else None

@@ -77,9 +77,27 @@ def test_resume_from_a_truncated_checkpoint_last_names_the_one_to_resume_from(co
     newest = max(save.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.split("_")[-1]))
     line = fairseq_error(train, task_args(corpus) + TRAIN + ["--max-update", "6", "--save-dir", str(save)])
     assert line.startswith(f"fairseq-train: error: cannot read checkpoint {save / 'checkpoint_last.pt'}")
-    assert line.endswith(f"the newest readable checkpoint next to it is {newest}: to resume training from it, "
-                         "move checkpoint_last.pt aside and copy that file to checkpoint_last.pt")
+    assert line.endswith(f"the newest readable checkpoint next to it is {newest}: pass that one (to resume training "
+                         "from it, move checkpoint_last.pt aside and copy that file to checkpoint_last.pt)")
     assert snapshot(save) == before
+
+
+def test_a_broken_checkpoint_is_pointed_to_training_checkpoints_only(run, tmp_path, capsys):
+    """Was: the newest readable *.pt beside it was suggested, a pair export too (which export then refused), and
+    evaluate said "cannot read checkpoint X: UnreadableCheckpointError: cannot read checkpoint X ..." """
+    folder = tmp_path / "d"
+    folder.mkdir()
+    bad = broken_copy(run / "checkpoint_last.pt", "truncated", folder / "model.pt")
+    shutil.copy(run / "checkpoint_last.pt", folder / "en-xx.pt")  # a readable file not named as fairseq's
+    code, line = langshare(capsys, "export", bad, "--src", "en", "--tgt", "xx", "--out", tmp_path / "o.pt")
+    assert code == 2 and line.endswith("no other checkpoint next to it is readable: re-create it (train or export "
+                                       "again)"), line
+    shutil.copy(run / "checkpoint_last.pt", folder / "checkpoint_best.pt")
+    code, line = langshare(capsys, "export", bad, "--src", "en", "--tgt", "xx", "--out", tmp_path / "o.pt")
+    assert line.endswith(f"the newest readable checkpoint next to it is {folder / 'checkpoint_best.pt'}: pass that one")
+    with pytest.raises(evaluation.EvaluationError) as error:
+        evaluation._checkpoint_task(str(bad))
+    assert str(error.value).startswith(f"cannot read checkpoint {bad} (") and str(error.value).count(str(bad)) == 1
 
 
 def test_resuming_with_another_batch_per_update_says_so(corpus, tmp_path, caplog):
