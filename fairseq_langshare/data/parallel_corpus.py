@@ -277,6 +277,12 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
             "dict": "bin/dict.txt", "data_bin": "bin",
         }
         cb.finish(tmp, manifest, all_langs, trained)
+    for d in by_direction:
+        kept = ", ".join(f"{s} {counts[s].get(d, 0)}" for s in SPLITS)
+        gone = ", ".join(f"{why} {n}" for why, n in sorted(removed[d].items()) if n)
+        print(f"{d}: read " + ", ".join(f"{s} {n}" for s, n in read[d]["read"].items()) + f"; kept {kept}"
+              + (f"; removed {gone}" if gone else ""))
+    print(f"prepared {out_dir} (manifest.json has every count)")
     return manifest
 
 
