@@ -32,7 +32,7 @@ import shlex
 import sys
 import tempfile
 from .atomic_files import check_writable, json_text, write_files_atomic
-from .checkpoint_safety import CheckpointError, checkpoint_updates, require_checkpoint
+from .checkpoint_safety import CheckpointError, require_checkpoint
 from .result_kinds import (COMPARE_JSON, EVALUATE_JSON, EVALUATE_MARKDOWN, HEAD_TO_HEAD_JSON, file_kind, held_unless,
                            json_kind)
 from .command_line import add_command
@@ -248,7 +248,8 @@ def to_markdown(results):
     rows = results.get("directions", {})
     with_sp = any(r.get("spbleu") is not None for r in rows.values())
     metrics = [("BLEU", "bleu"), ("chrF", "chrf")] + ([("spBLEU", "spbleu")] if with_sp else [])
-    if (results.get("off_target") or {}).get("identifier"):  # with what each rate rests on
+    rated = bool((results.get("off_target") or {}).get("identifier"))
+    if rated:  # with what each rate rests on
         metrics += [("off-target %", "off_target"), ("rated", "off_target_identified")]
     head = " | ".join(label for label, _ in metrics)
     align = "|".join("---:" for _ in metrics)
@@ -287,8 +288,7 @@ def to_markdown(results):
         lines.append(results["spbleu_note"])
     said = off_target.note(results.get("off_target"), results["directions"])
     if said:
-        lines.append(said + (" rated: the hypotheses long enough to identify." if "off_target_identified" in
-                             dict(metrics).values() else ""))
+        lines.append(said + (" rated: the hypotheses long enough to identify." if rated else ""))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -445,7 +445,11 @@ def _checkpoint_task(checkpoint):
     if name not in SUPPORTED_TASKS:
         raise EvaluationError(f"checkpoint {checkpoint} was trained with task {name!r}; evaluate supports "
                               f"{', '.join(SUPPORTED_TASKS)}")
-    return name, task, (state.get("extra_state") or {}).get("langshare_export")
+    try:
+        updates = int(state["optimizer_history"][-1]["num_updates"]) or None
+    except (KeyError, IndexError, TypeError, ValueError):
+        updates = None
+    return name, task, (state.get("extra_state") or {}).get("langshare_export"), updates
 
 
 def _task_flags(task_name, task_cfg):
@@ -606,7 +610,7 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
     else:
         baseline_results, baseline_name = baseline, "given results"
 
-    task_name, task_cfg, export = _checkpoint_task(checkpoint)
+    task_name, task_cfg, export, num_updates = _checkpoint_task(checkpoint)
     langs = _csv(task_cfg.get("langs")) or _csv(task_cfg.get("lang_dict"))
     trained = _csv(task_cfg.get("lang_pairs"))
     skipped = {}
@@ -698,7 +702,7 @@ def evaluate(checkpoint, corpus_dir, split="test", directions=None, beam=4, lenp
                                d, n_missing, len(refs))
 
     results = {
-        "checkpoint": checkpoint, "num_updates": checkpoint_updates(checkpoint) or None,
+        "checkpoint": checkpoint, "num_updates": num_updates,
         "corpus": corpus.path, "split": split, "beam": beam, "lenpen": lenpen,
         "thresholds": {"high": high_threshold, "low": low_threshold},
         "directions": rows,

@@ -28,8 +28,11 @@ class BinarizedDataError(ValueError):
         super().__init__(self.fix(FAIRSEQ_LEAVE_OUT))
 
     def fix(self, leave_out_flags: str) -> str:
-        """The message, with ``leave_out_flags`` (e.g. "(evaluate --directions)") as the way to leave the direction out."""
-        return self.problem if self.direction is None else f"{self.problem} or leave {self.direction} out {leave_out_flags}"
+        """The message, with ``leave_out_flags`` (e.g. "(evaluate --directions)") as the way to leave the
+        direction out."""
+        if self.direction is None:
+            return self.problem
+        return f"{self.problem} or leave {self.direction} out {leave_out_flags}"
 
 
 def _what(prefix: str) -> str:

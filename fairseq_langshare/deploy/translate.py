@@ -24,6 +24,7 @@ from .ctranslate2_export import SPM_NAME, DeployError, read_manifest, require_ct
 from .export_dir import changed_files, reexport_fix
 from ..option_ranges import Range
 from ..tasks.interactive_input import check_input_file, decodable
+from ..user_errors import message
 
 __all__ = ["PairTranslator", "check_export", "add_subcommand"]
 
@@ -45,12 +46,9 @@ def check_export(model_dir) -> Dict:
     files = manifest.get("files") if isinstance(manifest.get("files"), list) else ["model.bin"]
     for name in [*files, manifest.get("spm_model", SPM_NAME)]:
         if not (Path(model_dir) / name).exists():
-            raise DeployError(f"{Path(model_dir) / name} is missing: {reexport_fix(model_dir, 'ctranslate2', manifest)}")
+            raise DeployError(f"{Path(model_dir) / name} is missing: "
+                              f"{reexport_fix(model_dir, 'ctranslate2', manifest)}")
     return manifest
-
-
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [""])[0]
 
 
 class PairTranslator:
@@ -70,7 +68,7 @@ class PairTranslator:
             self.spm = sentencepiece.SentencePieceProcessor(model_file=str(spm))
         except (OSError, RuntimeError) as error:
             self._refuse_damaged(error)
-            raise DeployError(f"{spm} is not a SentencePiece model ({_first_line(error)}): "
+            raise DeployError(f"{spm} is not a SentencePiece model ({message(error)}): "
                               f"{reexport_fix(self.model_dir, 'ctranslate2', self.manifest)}") from None
         if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
             raise DeployError("CTranslate2 sees no CUDA device here: use --device cpu")
@@ -83,7 +81,7 @@ class PairTranslator:
             fix = ("re-export it with langshare export, which refuses what CTranslate2 cannot run and names what to "
                    "do instead" if isinstance(error, IndexError) else
                    "re-export it with another --quantization or use another --device")
-            raise DeployError(f"CTranslate2 cannot load {self.model_dir} on {device} ({_first_line(error)}): "
+            raise DeployError(f"CTranslate2 cannot load {self.model_dir} on {device} ({message(error)}): "
                               f"{fix}") from None
 
     def _refuse_damaged(self, error: Exception) -> None:
@@ -91,7 +89,7 @@ class PairTranslator:
         say so, with the fix, rather than blame the settings."""
         damaged = changed_files(self.model_dir, self.manifest)
         if damaged:
-            raise DeployError(f"{self.model_dir / damaged[0]} is damaged ({_first_line(error)}; not the file langshare "
+            raise DeployError(f"{self.model_dir / damaged[0]} is damaged ({message(error)}; not the file langshare "
                               f"export wrote): delete it and "
                               f"{reexport_fix(self.model_dir, 'ctranslate2', self.manifest)}") from None
 
@@ -163,7 +161,7 @@ def _run(args) -> int:
         raise ValueError("--max-len-a 0 with --max-len-b 0 leaves no target token: pass --max-len-b 1 or more "
                          "(fairseq-generate's default is 200)")
     require_ctranslate2()
-    check_export(args.model_dir)  # before stdin is read: no CTranslate2 export, or an incomplete one, is refused at once
+    check_export(args.model_dir)  # before stdin is read: no CTranslate2 export, or an incomplete one, is refused
     lines = read_input(args.input)  # before the model loads: a bad --input file is refused at once
     translator = PairTranslator(args.model_dir, device=args.device, threads=args.threads)
     chunk = max(args.batch_size * 32, 1024)  # sorted by length within a chunk; output streams chunk by chunk

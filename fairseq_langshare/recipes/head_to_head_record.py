@@ -139,26 +139,25 @@ def _logged_stats(log_path: str):
     opener = gzip.open if log_path.endswith(".gz") else open
     with opener(log_path, "rt", encoding="utf-8", errors="replace") as f:
         try:
-            lines = f.readlines()
+            for line in f:
+                start = line.find('{"epoch"')
+                if start < 0 and not any(marker in line for marker in _START_LINES):
+                    continue
+                try:
+                    clock = datetime.datetime.strptime(line[:19], _CLOCK)
+                except ValueError:
+                    clock = None
+                if start < 0:
+                    yield None, {}, clock
+                    continue
+                try:
+                    stats = json.loads(line[start:])
+                except ValueError:
+                    continue
+                fields = line[:start].split(" | ")
+                yield (fields[2].strip() if len(fields) > 2 else ""), stats, clock
         except (OSError, EOFError, zlib.error) as error:  # a truncated or damaged gzip
             raise ValueError(f"training log {log_path} cannot be read ({error}); restore it from git") from None
-        for line in lines:
-            start = line.find('{"epoch"')
-            if start < 0 and not any(marker in line for marker in _START_LINES):
-                continue
-            try:
-                clock = datetime.datetime.strptime(line[:19], _CLOCK)
-            except ValueError:
-                clock = None
-            if start < 0:
-                yield None, {}, clock
-                continue
-            try:
-                stats = json.loads(line[start:])
-            except ValueError:
-                continue
-            fields = line[:start].split(" | ")
-            yield (fields[2].strip() if len(fields) > 2 else ""), stats, clock
 
 
 def last_validation(log_path: str) -> Optional[Dict]:
