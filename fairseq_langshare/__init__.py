@@ -1,6 +1,7 @@
 """fairseq_langshare: learn, per language, what to share in multilingual NMT.
 
-Importing the package (or ``--user-dir fairseq_langshare``) registers the task
+Importing the package (or ``--user-dir fairseq_langshare``) checks that torch is recent enough
+(``torch_version``), registers the task
 ``multilingual_langshare``, the models and ``langshare_label_smoothed_cross_entropy``, and
 allow-lists the classes fairseq checkpoints hold so they load with ``weights_only=True``; in
 fairseq's console scripts the plugin's errors are then printed as one line (``user_errors``); a gloo
@@ -12,7 +13,14 @@ parameters a step leaves unused, on GPUs and CPUs (``data_parallel``).
 from .interrupts import interrupted_while_starting
 
 with interrupted_while_starting():  # the `langshare` command: a Ctrl-C while torch and fairseq load is one line
-    from . import checkpoint_safety, data_parallel, distributed_exit, distributed_launch, user_errors
+    from . import torch_version, user_errors
+
+    try:
+        torch_version.require_torch()
+    except torch_version.TorchTooOldError as error:
+        user_errors.refuse_at_start(error)
+
+    from . import checkpoint_safety, data_parallel, distributed_exit, distributed_launch
 
     checkpoint_safety.install()
     user_errors.install()

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Optional
 
-__all__ = ["fairseq_cli", "plugin_error", "error_line", "install"]
+__all__ = ["fairseq_cli", "plugin_error", "error_line", "refuse_at_start", "install"]
 
 PACKAGE = __name__.rsplit(".", 1)[0]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -83,6 +83,17 @@ def error_line(error: BaseException, prog: str) -> Optional[str]:
     """``PROG: error: MESSAGE`` for the plugin's error in ``error``; None leaves the traceback to Python."""
     found = plugin_error(error)
     return None if found is None else f"{prog}: error: {message(found)}"
+
+
+def refuse_at_start(error: Exception) -> None:
+    """Raise ``error``, found while the package is imported (before ``install`` can act): in the ``langshare``
+    command and fairseq's console scripts as one line ``PROG: error: MESSAGE`` and exit status 1."""
+    prog = fairseq_cli() or ("langshare" if sys.argv and os.path.basename(sys.argv[0]) == "langshare" else None)
+    if prog is None or os.environ.get("LANGSHARE_TRACEBACK"):
+        raise error
+    sys.stdout.flush()
+    print(f"{prog}: error: {message(error)}", file=sys.stderr)
+    raise SystemExit(1)
 
 
 def install() -> None:

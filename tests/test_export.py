@@ -69,7 +69,8 @@ def test_export_holds_only_the_pairs_weights_and_no_python_objects(trained, tmp_
     out = tmp_path / "en-xx.pt"
     report = export_pair(trained, "en", "xx", out)
     assert "exported en->xx" in capsys.readouterr().out
-    assert torch.serialization.get_unsafe_globals_in_checkpoint(str(out)) == [], "loads with weights_only=True, no allow-list"
+    if hasattr(torch.serialization, "get_unsafe_globals_in_checkpoint"):  # torch >= 2.5
+        assert torch.serialization.get_unsafe_globals_in_checkpoint(str(out)) == [], "weights_only=True, no allow-list"
     state = torch.load(out, weights_only=True)
     assert state["args"] is None and state["cfg"]["model"]["_name"] == "transformer"
     assert state["cfg"]["task"]["_name"] == "translation_multi_simple_epoch"

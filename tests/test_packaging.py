@@ -5,6 +5,7 @@ The metadata tests read the installed metadata of ``fairseq_langshare``: ``make 
 re-installs the checkout whenever setup.py, requirements.txt or constraints.txt change."""
 
 import ast
+import re
 import importlib.metadata as metadata
 import os
 import subprocess
@@ -60,6 +61,41 @@ def test_the_langid_extra(python, expected):
     langid = [r for r in requirements() if r.marker is not None and not applies(r, python)
               and applies(r, python, "langid")]
     assert [(r.name, str(r.specifier)) for r in langid] == expected
+
+
+@pytest.mark.parametrize("version,refused", [("1.13.1+cu117", True), ("2.3.1", True), ("2.4.0", False),
+                                              ("2.4.1+cu121", False), ("2.10.0", False), ("2.5.0a0+git1a2b3c4", False)])
+def test_the_torch_floor(version, refused):
+    """torch 2.4 (weights-only loading with an allow-list); 2.10 is not older than 2.4."""
+    from fairseq_langshare.torch_version import TorchTooOldError, require_torch
+
+    if refused:
+        with pytest.raises(TorchTooOldError, match=rf"needs torch >= 2\.4, this environment has torch {re.escape(version)}"):
+            require_torch(version)
+    else:
+        require_torch(version)
+    assert any(str(s) == ">=2.4" for r in requirements() if r.name == "torch" for s in r.specifier)
+
+
+@pytest.mark.parametrize("prog", ["langshare", "/env/bin/fairseq-train", "python"])
+def test_an_older_torch_is_one_line_at_import(prog):
+    """What a user with torch 1.13 sees on importing the plugin: in the langshare command and in fairseq's
+    console scripts (--user-dir) one line and exit status 1, not a TypeError deep inside an export; in library
+    use an ImportError."""
+    code = (f"import sys, torch; torch.__version__ = '1.13.1+cu117'; sys.argv = [{prog!r}]; "
+            "import fairseq_langshare")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": ""}
+    env.pop("LANGSHARE_TRACEBACK", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    if prog == "python":
+        assert lines[-1].startswith("fairseq_langshare.torch_version.TorchTooOldError: fairseq_langshare needs torch")
+        return
+    name = os.path.basename(prog)
+    assert lines == [f"{name}: error: fairseq_langshare needs torch >= 2.4, this environment has torch 1.13.1+cu117 "
+                     "(older releases cannot load fairseq checkpoints weights-only): pip install 'torch>=2.4' (for a "
+                     "GPU, the CUDA build for your driver, as pytorch.org's selector gives it)"], done.stderr
 
 
 # str methods 3.9 added, which a 3.8 parse accepts
