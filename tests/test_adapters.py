@@ -316,6 +316,21 @@ def test_frozen_training_updates_only_the_adapters(corpus, baseline_checkpoint, 
     assert all(p.requires_grad == (".adapter." in n) for n, p in models[0].named_parameters())
 
 
+def test_resuming_a_frozen_run_without_the_finetune_flag_stays_frozen(corpus, baseline_checkpoint, tmp_path):
+    """Was: the resume built the model unfrozen and fairseq stopped with torch's traceback "loaded state dict
+    contains a parameter group that doesn't match the size of optimizer's group"."""
+    path, baseline = baseline_checkpoint
+    save = tmp_path / "ckpt"
+    common = task_args(corpus) + TRAIN + ["--arch", ARCH, "--adapter-placement", "pair", "--save-dir", str(save)]
+    train(common + ["--adapter-finetune-from", str(path), "--max-update", "3"])
+    train(common + ["--max-update", "5"])  # the resume: neither --adapter-finetune-from nor --adapter-frozen-base
+    saved = torch.load(save / "checkpoint_last.pt", weights_only=True)
+    assert saved["optimizer_history"][-1]["num_updates"] == 5 and saved["cfg"]["model"].adapter_frozen_base is True
+    for key, value in baseline.state_dict().items():
+        assert same_weight(key, saved["model"][key], value), key
+    assert not (save / "crash.pt").exists()
+
+
 def test_finetune_from_a_mismatched_baseline_is_a_one_line_error(corpus, baseline_checkpoint, tmp_path):
     path, _ = baseline_checkpoint
     with pytest.raises(ValueError, match=r"--adapter-finetune-from .* does not fit this model \(missing \[\], unexpected "

@@ -19,6 +19,7 @@ weights, freeze them and train only the adapters. ``export_state_dict`` extracts
 """
 
 import logging
+import os
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -34,11 +35,13 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
-from ..checkpoint_safety import require_checkpoint
+from ..analysis.saved_config import config_value
+from ..checkpoint_safety import checkpoint_header, require_checkpoint
 from ..languages import decode_inventory
 from ..modules.activation_checkpointing import wrap_like_fairseq
 from ..modules.adapters import Adapter, AdapterBank, LanguagePairTable
 from ..option_ranges import Range
+from ..run_options import run_option
 from .langshare_transformer import small_preset, tiny_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
@@ -226,6 +229,8 @@ class AdapterTransformerModel(LanguageAwareTransformerModel):
         if finetune_from:
             require_checkpoint(finetune_from, "--adapter-finetune-from", _FINETUNE_FROM)  # before anything is built
             _set(args, "adapter_frozen_base", True)  # the saved config keeps the base frozen on reload
+        elif not getattr(args, "adapter_frozen_base", False):
+            adopt_frozen_base_of_resumed_run(args)
         model = super().build_model(args, task)
         if placement.startswith("pair"):
             model.pair_table = LanguagePairTable(_pairs(args.adapter_pairs), inventory.langs)
@@ -287,6 +292,24 @@ class AdapterTransformerModel(LanguageAwareTransformerModel):
             elif int(m.group(4)) == slot[sides[f"{m.group(2)}coder"][int(m.group(3))]]:
                 out[f"{m.group(1)}.{m.group(5)}"] = value
         return out, {"adapter_pairs": None, "adapter_finetune_from": None, "adapter_frozen_base": None}
+
+
+def adopt_frozen_base_of_resumed_run(args) -> None:
+    """Set --adapter-frozen-base when fairseq-train is about to resume a checkpoint (--restore-file, else
+    checkpoint_last.pt of --save-dir) whose saved config froze the base. fairseq builds the model before it
+    loads the checkpoint and builds the optimizer after, so the resumed optimizer again holds only the adapters
+    (unfrozen, its saved state has fewer parameters than the optimizer and torch refuses to load it)."""
+    restore = run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt"
+    if restore == "checkpoint_last.pt":  # fairseq's default: the run's own last checkpoint
+        suffix = run_option(args, "checkpoint_suffix", "checkpoint", "")
+        restore = os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", f"checkpoint_last{suffix}.pt")
+    if not os.path.isfile(restore):
+        return
+    saved = config_value((checkpoint_header(restore) or {}).get("cfg"), "model")
+    if config_value(saved, "adapter_frozen_base", False):
+        _set(args, "adapter_frozen_base", True)
+        logger.info("adapters: %s was trained with a frozen base (--adapter-frozen-base); the resumed run keeps it "
+                    "frozen", restore)
 
 
 def is_adapter_parameter(name: str) -> bool:
