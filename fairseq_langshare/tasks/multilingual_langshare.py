@@ -35,6 +35,7 @@ from fairseq.utils import csv_str_list, eval_str_dict
 from omegaconf import II, OmegaConf
 
 from ..checkpoint_safety import checkpoint_header
+from ..criterions.auxiliary_terms import require_auxiliary_criterion
 from ..data.binarized import sentence_count
 from ..distributed_launch import check_training_is_distributed
 from ..languages import LanguageInventory, dictionary_fingerprint
@@ -237,6 +238,11 @@ def check_resumed_updates(update_num: int, args) -> None:
                                f"a new run (--finetune-from-model {path} to start it from these weights)")
 
 
+def _arch(cfg) -> str:
+    """The --arch of a model's options (fairseq-hydra-train's node names it ``_name``)."""
+    return str(getattr(cfg, "arch", None) or getattr(cfg, "_name", None) or "the model")
+
+
 def _resumed_checkpoint(args) -> str:
     """The checkpoint fairseq-train resumes from: --restore-file, checkpoint_last.pt in --save-dir by default."""
     restore = run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt"
@@ -340,6 +346,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
             dictionary=dictionary_fingerprint(dicts, langs),
         )
         self._updates_checked = False  # check_resumed_updates, at the first training step
+        self._training_model, self._arch = None, "the model"  # a training run's, for the criterion's check
         self._input_lines = 0  # raw lines fairseq-interactive has handed over so far
         self._first_input_line = None  # the first line of the buffer being tokenized
         self.data_manager = LangshareDatasetManager(
@@ -355,7 +362,16 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
             check_training_is_distributed()
             if hasattr(model, "check_training_run"):
                 model.check_training_run(cfg)
+            self._training_model, self._arch = model, _arch(cfg)
         return model
+
+    def build_criterion(self, cfg, *args, **kwargs):
+        """fairseq's; a criterion that would drop the auxiliary losses of the model just built is refused."""
+        criterion = super().build_criterion(cfg, *args, **kwargs)
+        if self._training_model is not None:
+            model, self._training_model = self._training_model, None
+            require_auxiliary_criterion(model, criterion, self._arch)
+        return criterion
 
     def get_interactive_tokens_and_lengths(self, lines, encode_fn):
         first = self._input_lines + 1
@@ -421,6 +437,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         if not self._updates_checked:  # the first step of this process: update_num is the checkpoint's count
             check_resumed_updates(update_num, self.args)
             warn_if_the_batch_changed(update_num, self.args)
+            require_auxiliary_criterion(model, criterion, self._arch)
             self._updates_checked = True
         sample = self.ensure_lang_ids(sample, model)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
