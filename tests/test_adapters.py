@@ -210,8 +210,9 @@ def test_absent_languages_adapters_get_no_gradient(corpus):
 # --- language-pair adapters: the pair table ---------------------------------------------------
 
 def test_pair_without_adapter_is_a_one_line_error(corpus):
-    task, model, args = build(corpus, "--adapter-placement", "pair", "--adapter-pairs", "en-xx,en-yy")
+    _, model, args = build(corpus, "--adapter-placement", "pair", pairs=["en-xx", "en-yy"])
     assert args.adapter_pairs == "en-xx,en-yy" and len(model.encoder.layers[0].adapter.per_pair) == 2
+    task, _, _ = build(corpus, arch="langshare_transformer_tiny")  # decoding: a task whose --lang-pairs add xx-yy
     starts = [0] + list(task.dataset("valid").cumulative_sizes[:-1])
     batch = collate(task, [0, 1, starts[2]])  # en-xx, en-xx, xx-yy (zero-shot)
     with pytest.raises(MissingPairAdapter, match=r"no adapter for the language pair xx-yy: .* \(en-xx,en-yy\); "
@@ -221,6 +222,24 @@ def test_pair_without_adapter_is_a_one_line_error(corpus):
     with pytest.raises(MissingPairAdapter, match="xx-yy"):
         model.effective_parameters(task.inventory.id("xx"), task.inventory.id("yy"))
     logits(model, collate(task, [0, 1, starts[1]]))  # trained pairs are fine
+
+
+@pytest.mark.parametrize("placement", ["pair", "pair-enc"])
+def test_training_pairs_without_adapter_are_refused_at_build(corpus, tmp_path, placement):
+    """Was: accepted, then the first batch stopped with "no adapter for the language pair en-xx: ... train with
+    en-xx in --lang-pairs" (it was in --lang-pairs) and left crash.pt in the run directory."""
+    message = (rf"^--adapter-pairs en-yy leaves the training pairs en-xx of --lang-pairs without an adapter \(each "
+               rf"sentence of --adapter-placement {placement} runs through its pair's adapter\); add them to "
+               r"--adapter-pairs, drop --adapter-pairs \(every --lang-pairs pair gets one\), or leave them out of "
+               r"--lang-pairs$")
+    flags = ["--adapter-placement", placement, "--adapter-pairs", "en-yy"]
+    with pytest.raises(ValueError, match=message):
+        build(corpus, *flags, pairs=["en-xx", "en-yy"])
+    save = tmp_path / "ckpt"
+    with pytest.raises(ValueError, match=message):
+        train(task_args(corpus) + TRAIN + ["--arch", ARCH, *flags, "--max-update", "3", "--save-dir", str(save)])
+    assert not save.exists() or not any(save.iterdir())  # no crash.pt of a run that never trained
+    build(corpus, "--adapter-placement", placement, "--adapter-pairs", "en-yy,en-xx,xx-yy", pairs=["en-xx", "en-yy"])
 
 
 def test_adapter_pairs_without_a_pair_placement_is_refused(corpus):

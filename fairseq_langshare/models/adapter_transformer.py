@@ -232,6 +232,7 @@ class AdapterTransformerModel(LanguageAwareTransformerModel):
         elif not getattr(args, "adapter_frozen_base", False):
             adopt_frozen_base_of_resumed_run(args)
         model = super().build_model(args, task)
+        model.task_pairs = _pairs(getattr(task, "lang_pairs", None))  # for check_training_run
         if placement.startswith("pair"):
             model.pair_table = LanguagePairTable(_pairs(args.adapter_pairs), inventory.langs)
             for bank in model.adapter_banks():
@@ -243,6 +244,17 @@ class AdapterTransformerModel(LanguageAwareTransformerModel):
         if getattr(args, "adapter_frozen_base", False):
             freeze_base(model)
         return model
+
+    def check_training_run(self, args) -> None:
+        """Called by the task when a training run builds the model (not when a checkpoint is decoded): every
+        training pair needs its adapter, else its first batch would stop the run (and fairseq save crash.pt)."""
+        table = getattr(self, "pair_table", None)
+        missing = [pair for pair in self.task_pairs if table is not None and pair not in table.pairs]
+        if missing:
+            raise ValueError(f"--adapter-pairs {','.join(table.pairs)} leaves the training pairs {','.join(missing)} of "
+                             f"--lang-pairs without an adapter (each sentence of --adapter-placement "
+                             f"{args.adapter_placement} runs through its pair's adapter); add them to --adapter-pairs, "
+                             "drop --adapter-pairs (every --lang-pairs pair gets one), or leave them out of --lang-pairs")
 
     def adapter_banks(self) -> List[AdapterBank]:
         return [m for m in self.modules() if isinstance(m, AdapterBank)]
