@@ -27,6 +27,8 @@ from ..option_ranges import Range
 KINDS = ("enc.self_attn", "enc.ffn", "dec.self_attn", "dec.cross_attn", "dec.ffn")
 DEDICATED_RULES = ("top-bottom", "any-depth")
 DEFAULT_ARCH = "clsr_transformer"
+FIXED_MODES = ("shared", "language")  # gates fixed to 0 / 1: no budget, nothing learned
+LEARNED_VARIANTS = ("clsr", "gate")
 _NAME = re.compile(r"^(enc|dec)(\d+)\.(\w+)$")
 
 
@@ -58,8 +60,11 @@ def gate_statistics(checkpoint: str, data: Optional[str] = None, split: str = "v
             sums[name][lang] += float(gates[:, rows][sel].sum())
             counts[name][lang] += int(sel.sum())
 
+    fixed = all(unit.mode in FIXED_MODES for unit in units)
     for unit in units:
         unit.collect = collect
+        if unit.mode in FIXED_MODES:  # folded inference runs no gate for a fixed unit: record the 0s and 1s
+            unit.fold_inference = False
     try:
         task.load_dataset(split)
         itr = task.get_batch_iterator(task.dataset(split), max_tokens=max_tokens).next_epoch_itr(shuffle=False)
@@ -69,12 +74,13 @@ def gate_statistics(checkpoint: str, data: Optional[str] = None, split: str = "v
     finally:
         for unit in units:
             unit.collect = None
+            unit.__dict__.pop("fold_inference", None)
     langs = task.inventory.langs
     names = sorted(sums, key=_sort_key)
     mean_gate = {n: {langs[l]: sums[n][l] / counts[n][l] for l in sorted(sums[n]) if counts[n][l]} for n in names}
     overall = {n: sum(sums[n].values()) / max(sum(counts[n].values()), 1) for n in names}
     return {"checkpoint": os.path.abspath(checkpoint), "arch": _arch(cfg), "split": split,
-            "budget": float(model.cfg.clsr_budget),
+            "budget": None if fixed else float(model.cfg.clsr_budget), "fixed_gates": fixed,
             "variant": str(model.cfg.clsr_variant), "sublayers": names, "mean_gate": overall,
             "mean_gate_per_language": mean_gate, "open_rate": sum(overall.values()) / max(len(overall), 1)}
 
@@ -85,8 +91,27 @@ def _arch(cfg) -> str:
     return str(getattr(model_cfg, "_name", None) or getattr(model_cfg, "arch", None) or DEFAULT_ARCH)
 
 
-def lsscore(runs: Sequence[Dict]) -> Dict:
-    """Eq. 7 over runs trained with different budgets: overall and per language."""
+def _differing(runs: Sequence[Dict], sources: Sequence[str], field: str) -> Optional[str]:
+    """"VALUE: SOURCE, ...; VALUE: ..." when the runs that record ``field`` do not all agree, else None."""
+    groups = defaultdict(list)
+    for run, source in zip(runs, sources):
+        if run.get(field) is not None:
+            groups[str(run[field])].append(str(source))
+    return "; ".join(f"{value}: {', '.join(names)}" for value, names in groups.items()) if len(groups) > 1 else None
+
+
+def lsscore(runs: Sequence[Dict], sources: Optional[Sequence[str]] = None) -> Dict:
+    """Eq. 7 over runs of one variant, measured on one split, trained with different budgets: overall
+    and per language. ``sources`` names the runs in errors (their gates.json)."""
+    sources = sources or [f"run {i + 1}" for i in range(len(runs))]
+    variants = _differing(runs, sources, "variant")
+    if variants:
+        raise ValueError(f"runs of different --clsr-variant ({variants}): LSScore compares the budgets of one "
+                         "variant; pass the gates.json of runs with the same --clsr-variant")
+    splits = _differing(runs, sources, "split")
+    if splits:
+        raise ValueError(f"runs measured on different splits ({splits}): pass gates.json files that "
+                         "`langshare analyze clsr --split` measured on one split")
     budgets = [r["budget"] for r in runs]
     if len(set(budgets)) != len(budgets):
         raise ValueError(f"LSScore needs one run per budget p, got budgets {budgets}")
@@ -165,7 +190,8 @@ def plot_heatmap(scores: Dict, languages_by_size: List[str], path: str) -> None:
 def _run_gates(args):
     stats = gate_statistics(args.checkpoint, data=args.data, split=args.split, max_tokens=args.max_tokens)
     write_json_atomic(os.path.join(args.out, "gates.json"), stats)
-    print(f"p={stats['budget']} open-gate rate {stats['open_rate']:.3f} on {args.split}")
+    said = f"fixed gates (--clsr-variant {stats['variant']})" if stats["fixed_gates"] else f"p={stats['budget']}"
+    print(f"{said} open-gate rate {stats['open_rate']:.3f} on {args.split}")
     for name in stats["sublayers"]:
         print(f"  {name:<16} {stats['mean_gate'][name]:.3f}")
     print(f"wrote {os.path.join(args.out, 'gates.json')}")
@@ -188,6 +214,13 @@ def _read_gates(path: str) -> Dict:
     if missing:
         raise ValueError(f"{path} is not a gates.json of `langshare analyze clsr` (no {missing[0]!r}): pass the "
                          "gates.json of each budget's CLSR run")
+    variant = str(run.get("variant", "clsr"))
+    if run.get("fixed_gates") or variant not in LEARNED_VARIANTS:
+        raise ValueError(f"{path} is the gates.json of a fixed-gate run (--clsr-variant {variant}): its gates follow "
+                         "no budget, so it has no LSScore (Eq. 7 compares learned gates over budgets p); pass the "
+                         "gates.json of --clsr-variant clsr runs")
+    if not run["sublayers"]:
+        raise ValueError(f"{path} records no CLSR sub-layer: run `langshare analyze clsr` on its checkpoint again")
     return run
 
 
@@ -209,7 +242,7 @@ def _language_order(path: str) -> List[str]:
 
 def _run_lsscore(args):
     runs = [_read_gates(path) for path in args.runs]
-    scores = lsscore(runs)
+    scores = lsscore(runs, sources=args.runs)
     order = _language_order(args.manifest) if args.manifest else []
     os.makedirs(args.out, exist_ok=True)
     dedicated = dedicated_flags(scores, args.dedicated_rule)
