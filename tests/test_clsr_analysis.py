@@ -6,6 +6,7 @@ import json
 import pytest
 
 from fairseq_langshare.cli import main
+from fairseq_langshare.export import export_pair
 from test_end_to_end import TRAIN
 from tiny_corpus import task_args, train
 
@@ -97,3 +98,15 @@ def test_lsscore_refuses_runs_it_cannot_compare(tmp_path, capsys):
     assert not out.exists()
     assert main(["analyze", "clsr-lsscore", clsr, gates_file(tmp_path / "p6.json", 0.6), "--out", str(out)]) == 0
 
+
+
+def test_an_exported_pair_is_refused_in_one_line(corpus, dedicated, tmp_path, capsys):
+    """Was: `AssertionError: Could not infer task type from {...}` (the exported config, several KB on one line)."""
+    pair = tmp_path / "en-xx.pt"
+    export_pair(dedicated, "en", "xx", pair, verbose=False)
+    capsys.readouterr()
+    assert main(["analyze", "clsr", str(pair), "--out", str(tmp_path / "a")]) == 2
+    err = one_line_error(capsys)
+    assert err == (f"langshare analyze: error: {pair} has no CLSR units: it is a `langshare export` of the pair "
+                   f"en->xx (a plain transformer); analyze the checkpoint it was exported from, {dedicated}"), err
+    assert not (tmp_path / "a").exists()

@@ -62,3 +62,24 @@ def test_partial_lsls_are_named_not_called_missing(corpus, tmp_path, component):
     with pytest.raises(ValueError, match=f"--lsl-component {component}") as err:
         copy_similarity(str(ckpt))
     assert "\n" not in str(err.value) and "trained with --lsl-encoder-layers" not in str(err.value)
+
+
+def test_an_exported_pair_is_refused_in_one_line(corpus, tmp_path, capsys, one_thread):
+    """Was: `AssertionError: Could not infer task type from {...}` (the exported config, several KB on one line)."""
+    from fairseq_langshare.cli import main
+    from fairseq_langshare.export import export_pair
+
+    save = tmp_path / "ckpt"
+    train(task_args(corpus) + ["--arch", "lsl_transformer_tiny", "--encoder-layers", "2", "--lsl-encoder-layers",
+                               "TGT={2}", "--optimizer", "adam", "--lr", "0.005", "--max-tokens", "500",
+                               "--max-update", "1", "--cpu", "--save-dir", str(save), "--no-epoch-checkpoints",
+                               "--disable-validation", "--num-workers", "0"])
+    ckpt, pair = save / "checkpoint_last.pt", tmp_path / "en-xx.pt"
+    export_pair(ckpt, "en", "xx", pair, verbose=False)
+    capsys.readouterr()
+    assert main(["analyze", "lsl-similarity", str(pair), "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"langshare analyze: error: {pair} has no language-specific encoder layer: it is a `langshare "
+                   f"export` of the pair en->xx (a plain transformer); analyze the checkpoint it was exported from, "
+                   f"{ckpt}"), err
+    assert not (tmp_path / "b").exists()

@@ -22,6 +22,7 @@ import torch
 from ..modules.clsr import ClsrUnit
 from ..atomic_files import save_figure_atomic, write_json_atomic
 from .figures import new_figure
+from .saved_config import refuse_export
 from ..option_ranges import Range
 
 KINDS = ("enc.self_attn", "enc.ffn", "dec.self_attn", "dec.cross_attn", "dec.ffn")
@@ -43,6 +44,7 @@ def gate_statistics(checkpoint: str, data: Optional[str] = None, split: str = "v
     from fairseq import checkpoint_utils
     from tqdm import tqdm
 
+    refuse_export(checkpoint, "CLSR units")
     overrides = {"data": data} if data else {}
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
     model = models[0].eval()

@@ -20,6 +20,7 @@ import torch
 from ..atomic_files import save_figure_atomic, write_json_atomic
 from ..modules.language_specific_layer import LanguageSpecificEncoderLayer, PartialLanguageSpecificEncoderLayer
 from .figures import new_figure
+from .saved_config import refuse_export
 from ..option_ranges import Range
 
 __all__ = ["linear_cka", "copy_similarity", "plot_similarity", "analyze", "add_analysis"]
@@ -40,6 +41,7 @@ def copy_similarity(checkpoint: str, data: Optional[str] = None, split: str = "t
     add to the same inputs."""
     from fairseq import checkpoint_utils
 
+    refuse_export(checkpoint, "language-specific encoder layer")
     overrides = {"data": data} if data else {}
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
     model = models[0].eval()
