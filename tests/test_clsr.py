@@ -259,7 +259,12 @@ def test_inference_gates_of_a_token_are_the_same_in_every_decoding_step(clsr):
 
 
 def test_training_without_a_noise_horizon_is_a_clear_error(corpus):
-    task, model, _ = build_task_and_model(corpus, arch="clsr_transformer_tiny", extra=["--clsr-encoder-lang", "tgt"])
+    with pytest.raises(ValueError, match="pass --max-update N"):  # a run is refused at build (test_clsr_training.py)
+        build_task_and_model(corpus, arch="clsr_transformer_tiny", extra=["--clsr-encoder-lang", "tgt"])
+    task, model, _ = build_task_and_model(corpus, arch="clsr_transformer_tiny",
+                                          extra=["--clsr-encoder-lang", "tgt", "--max-update", "10"])
+    for unit in model.clsr_units():  # the unit's own guard, as a model built without the task's check
+        unit.noise_ramp_updates = 0
     task.load_dataset("valid")
     model.train()
     with pytest.raises(ValueError, match="pass --max-update N"):

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from test_end_to_end import TRAIN
-from tiny_corpus import generate, task_args, train
+from fairseq_langshare.checkpoint_safety import checkpoint_updates
+from tiny_corpus import build_task_and_model, generate, task_args, train
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +74,22 @@ def test_noise_schedule_resumes_from_checkpoint_and_decoding_is_deterministic(co
                                 "-s", "en", "-t", "yy", "--beam", "3", "--cpu", "--max-tokens", "1000"]
     hyps = generate(argv)
     assert len(hyps) == 20 and generate(argv) == hyps
+
+
+def test_a_run_without_max_update_is_refused_at_build(corpus, tmp_path):
+    """Was: accepted, then the first forward stopped with "CLSR's noise alpha(t) ramps over the run but its length
+    is unknown" and fairseq saved crash.pt. fairseq's --max-update 0 means unlimited: no horizon to ramp over."""
+    message = (r"^--clsr-variant clsr ramps its gate noise alpha\(t\) over the run, but this run has no --max-update "
+               r"\(0: unlimited\) to ramp over: pass --max-update N \(or --clsr-noise-ramp-updates N\)$")
+    no_horizon = clsr_args(tmp_path / "run", 0.3, 0, 0)
+    at = no_horizon.index("--max-update")
+    no_horizon[at:at + 2] = ["--max-epoch", "1"]  # no --max-update: fairseq's 0, unlimited
+    with pytest.raises(ValueError, match=message):
+        train(task_args(corpus) + no_horizon)
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())  # no crash.pt
+    for variant in ("gate", "shared"):  # no noise: no horizon needed
+        build_task_and_model(corpus, arch="clsr_transformer_tiny", extra=["--clsr-variant", variant])
+    # a resume takes the horizon from its checkpoint: no --max-update needed
+    train(task_args(corpus) + clsr_args(tmp_path / "run", 0.3, 3, 0))
+    train(task_args(corpus) + no_horizon)
+    assert checkpoint_updates(tmp_path / "run" / "checkpoint_last.pt") > 3

@@ -237,7 +237,8 @@ def test_every_plain_export_scores_like_the_full_model(spm_corpus, tmp_path, met
 
 @needs_ctranslate2
 @pytest.mark.parametrize("arch,flags,advice", [
-    ("clsr_transformer_tiny", ["--clsr-encoder-lang", "tgt"], "translate the full checkpoint with fairseq-generate"),
+    ("clsr_transformer_tiny", ["--clsr-encoder-lang", "tgt", "--max-update", "10"],
+     "translate the full checkpoint with fairseq-generate"),
     ("langshare_adapter_transformer_tiny", [], "export with --format fairseq and translate with fairseq-generate"),
 ])
 def test_pair_networks_that_are_no_plain_transformer_are_refused(corpus, tmp_path, capsys, arch, flags, advice):

@@ -372,7 +372,7 @@ def test_generation_config_stops_where_fairseq_interactive_stops(spm_corpus, tmp
     ("langshare_adapter_transformer_tiny", ["--share-all-embeddings"],
      "(langshare_adapter_single) adds language adapters to every layer, which transformers' MarianMTModel and M2M100 "
      "models cannot run: export with --format fairseq and translate with fairseq-generate --user-dir"),
-    ("clsr_transformer_tiny", ["--share-all-embeddings", "--clsr-encoder-lang", "tgt"],
+    ("clsr_transformer_tiny", ["--share-all-embeddings", "--clsr-encoder-lang", "tgt", "--max-update", "10"],
      "(clsr_transformer) has CLSR projections that langshare export cannot write as a plain transformer"),
     ("langshare_transformer_tiny", ["--share-all-embeddings", "--encoder-normalize-before"],
      "has no transformers equivalent (a pre-norm encoder with a post-norm decoder or the reverse"),

@@ -16,6 +16,7 @@ output: those are refused in one line.
 """
 
 import dataclasses
+import os
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -36,7 +37,8 @@ from ..modules.activation_checkpointing import wrap_like_fairseq
 from ..modules.auxiliary import AuxiliaryReporter
 from ..modules.clsr import ClsrUnit, LanguageProjections
 from ..modules.language_specific_layer import reorder_modules
-from ..modules.schedules import set_given_options
+from ..checkpoint_safety import checkpoint_header
+from ..modules.schedules import HORIZONS, set_given_options
 from ..option_ranges import Range
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
 from .langshare_transformer import small_preset, tiny_preset
@@ -72,6 +74,20 @@ class ClsrTransformerConfig(TransformerConfig):
     clsr_encoder_lang: SIDES = field(default="src", metadata={"help": "language indexing encoder W_lang (tgt for one-to-many, as the paper)"})
     clsr_decoder_lang: SIDES = field(default="tgt", metadata={"help": "language indexing decoder W_lang (src for many-to-one, as the paper)"})
     clsr_dedicated: str = field(default="", metadata={"help": "sub-layers made LS for --clsr-variant dedicated, e.g. enc1.ffn,dec6.cross_attn (1-based; printed by `langshare analyze clsr-lsscore`)"})
+
+
+def _resumes_a_horizon(args) -> bool:
+    """Whether fairseq-train resumes a checkpoint (--restore-file, else checkpoint_last.pt of --save-dir) whose
+    saved schedule horizons all have a length: loading it sets the noise ramp (``modules/schedules.py``)."""
+    restore = run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt"
+    if restore == "checkpoint_last.pt":
+        suffix = run_option(args, "checkpoint_suffix", "checkpoint", "")
+        restore = os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", f"checkpoint_last{suffix}.pt")
+    if not os.path.isfile(restore):
+        return False
+    weights = (checkpoint_header(restore) or {}).get("model") or {}
+    horizons = [v for k, v in weights.items() if k.endswith(HORIZONS)]
+    return bool(horizons) and all(int(v.min()) > 0 for v in horizons)
 
 
 def parse_sublayers(spec: str, encoder_layers: int, decoder_layers: int) -> List[str]:
@@ -295,6 +311,12 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         if dedicated and variant != "dedicated":
             raise ValueError(f"--clsr-dedicated {dedicated} needs --clsr-variant dedicated (it is --clsr-variant "
                              f"{variant}, which ignores the list)")
+        noisy = [u for u in self.clsr_units() if u.mode == "learned"]
+        if any(u.noise_ramp_updates <= 0 for u in noisy) and not _resumes_a_horizon(args):
+            # else the first forward stops (ClsrUnit.noise_scale), after fairseq has set up the run
+            raise ValueError(f"--clsr-variant {variant} ramps its gate noise alpha(t) over the run, but this run has "
+                             "no --max-update (0: unlimited) to ramp over: pass --max-update N (or "
+                             "--clsr-noise-ramp-updates N)")
 
     @classmethod
     def export_state_dict(cls, state_dict, model_cfg, src_id: int, tgt_id: int):
