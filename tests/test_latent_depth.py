@@ -728,6 +728,38 @@ def test_analysis_cli_writes_utilisation_and_its_history(trained, tmp_path, caps
     assert not (tmp_path / "fresh").exists()
 
 
+def test_a_log_without_per_update_lines_names_the_log_format(corpus, tmp_path, capsys, monkeypatch):
+    """fairseq-train under a terminal logs in its tqdm format, which writes no per-update line to --log-file,
+    only the epoch (and validation) summaries, whose stat_dec_u_* are averages over the epoch. Was: "no
+    stat_dec_u_* values in LOG: pass the log of a latent_depth_transformer run", though it is one."""
+    from types import SimpleNamespace
+
+    from fairseq.logging import progress_bar
+
+    from fairseq_langshare.cli import main
+
+    save, log = tmp_path / "run", tmp_path / "tty.log"
+    args = latent_args(save, 3, "--log-file", str(log))
+    args[args.index("--log-format") + 1] = "tqdm"  # what fairseq-train picks when stderr is a terminal
+    # fairseq falls back to simple unless stderr is a terminal: make it one, as in `script -qec "fairseq-train ..."`
+    monkeypatch.setattr(progress_bar, "sys", SimpleNamespace(stderr=SimpleNamespace(isatty=lambda: True), argv=[]))
+    try:
+        train(task_args(corpus) + args)
+    finally:
+        close_file_handlers(log)
+    assert "stat_dec_u_1 " in log.read_text()  # the epoch line has them, in its "key value |" form
+    capsys.readouterr()  # tqdm's bar
+    assert main(["analyze", "latent-depth", str(save / "checkpoint_last.pt"), "--log", str(log),
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [
+        f"langshare analyze: error: {log} holds stat_dec_u_* only in its epoch and validation summaries (averages "
+        "over an epoch), no per-update line, which the utilisation over training needs: fairseq-train wrote it in "
+        "its tqdm format (its default under a terminal; --log-file writes the console's format) or with a "
+        "--log-interval above the updates of an epoch; train with --log-format simple --log-interval N"], err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("rule,commit_rule", [("committed", "top-k"), ("committed", "threshold"), ("top-k", None)])
 def test_utilisation_figure_shows_its_whole_title(tmp_path, monkeypatch, rule, commit_rule):
     """Was: the title of a 4-layer stack's heatmap ran past both edges of the figure."""

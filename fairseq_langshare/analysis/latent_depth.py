@@ -8,7 +8,9 @@
   marked (``latent_depth_<stack>.png``, as Figures 5 and 9);
 * from fairseq training logs (``--log-format json`` or ``simple``, e.g. ``--log-file``): the
   expected utilisation u_l the model logs as ``stat_<stack>_u_<l>`` at every logged update,
-  drawn as layers x updates (``latent_depth_<stack>_training.png``, Figure 6). fairseq 0.12
+  drawn as layers x updates (``latent_depth_<stack>_training.png``, Figure 6). A log with no
+  per-update line (fairseq's tqdm format, its default under a terminal) is refused, naming the
+  flags: its epoch summaries are averages over an epoch, not the values at an update. fairseq 0.12
   repeats lines in ``--log-file`` (one file handler per epoch) and a resumed run logs again:
   one value per update is kept, the last one read.
 """
@@ -32,6 +34,7 @@ __all__ = ["utilisation_from_state", "TrainingLog", "utilisation_from_logs", "pl
 
 STACKS = {"encoder": "enc", "decoder": "dec"}
 _SIMPLE = re.compile(r"([A-Za-z_][\w]*)=([-+0-9.eE]+|nan|inf)")
+_UTILISATION = re.compile(r"stat_(enc|dec)_u_\d+")
 
 
 def utilisation_from_state(state, source: str = "the checkpoint") -> Dict:
@@ -82,13 +85,15 @@ _SAVE_DIR = re.compile(r"'save_dir': '((?:[^'\\]|\\.)*)'")
 
 class TrainingLog:
     """One fairseq-train log (``--log-file``), read once: its per-update ``records`` (json or simple
-    format) and the ``save_dirs`` of every start it logs (fairseq logs its whole config when it starts:
-    ``{'_name': None, 'common': ..., 'checkpoint': {..., 'save_dir': ...}}``)."""
+    format), the ``save_dirs`` of every start it logs (fairseq logs its whole config when it starts:
+    ``{'_name': None, 'common': ..., 'checkpoint': {..., 'save_dir': ...}}``) and the stacks (``enc``,
+    ``dec``) whose ``stat_<stack>_u_<l>`` any line names, per-update or an epoch/validation summary."""
 
     def __init__(self, path):
-        self.path, self.records, self.save_dirs = str(path), [], []
+        self.path, self.records, self.save_dirs, self.mentions = str(path), [], [], set()
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
+                self.mentions.update(_UTILISATION.findall(line))
                 if "{'_name'" in line:
                     self.save_dirs += [m.group(1) for m in [_SAVE_DIR.search(line)] if m]
                 start = line.find("{")
@@ -192,6 +197,13 @@ def analyze(checkpoint, out_dir, logs: Sequence = (), verbose: bool = True) -> D
     for stack, stats in stacks.items():  # read before anything is written: a wrong --log leaves --out as it was
         if logs:
             history = utilisation_from_logs(logs, stack)
+            if not history["updates"] and any(STACKS[stack] in log.mentions for log in logs):
+                raise ValueError(f"{', '.join(log.path for log in logs)} holds stat_{STACKS[stack]}_u_* only in its "
+                                 "epoch and validation summaries (averages over an epoch), no per-update line, which "
+                                 "the utilisation over training needs: fairseq-train wrote it in its tqdm format (its "
+                                 "default under a terminal; --log-file writes the console's format) or with a "
+                                 "--log-interval above the updates of an epoch; train with --log-format simple "
+                                 "--log-interval N")
             if not history["updates"]:
                 raise ValueError(f"no stat_{STACKS[stack]}_u_* values in {', '.join(log.path for log in logs)}: "
                                  "pass the log of a latent_depth_transformer run (fairseq-train --log-format json or "
