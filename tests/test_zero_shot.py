@@ -139,3 +139,23 @@ def test_zero_shot_sets_change_neither_training_data_nor_sentencepiece(built):
         assert open(f"{root}/zs/{name}", "rb").read() == open(f"{root}/plain/{name}", "rb").read(), name
     assert "zero_shot" not in plain["config"] and m["config"]["zero_shot"] == "all"
     assert json.load(open(f"{root}/zs/manifest.json")) == m
+
+
+@pytest.mark.skipif(not all(os.path.isdir(f"{REAL_LOCALES}/{c}/LC_MESSAGES") for c in ("tg", "fo", "lg")),
+                    reason="gettext catalogues not installed")
+def test_the_console_says_which_zero_shot_directions_were_kept_and_why_not(tmp_path, capsys):
+    """Was: silent, the manifest listing every direction under left_out (the catalogues of three small languages
+    share few held-out English strings: 0-3 test rows per pair, below --zero-shot-min-size)."""
+    from fairseq_langshare.cli import main
+
+    assert main(["prepare-gettext", "--out", str(tmp_path / "corpus"), "--langs", "tg,fo,lg", "--direction", "both",
+                 "--vocab-size", "1000", "--zero-shot", "all", "--zero-shot-min-size", "3"]) == 0
+    m = json.loads((tmp_path / "corpus" / "manifest.json").read_text())
+    kept, left_out = m["zero_shot_pairs"], m["zero_shot"]["left_out"]
+    assert kept and left_out  # as these catalogues are: some directions reach 3 test rows, some do not
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("zero-shot")]
+    assert said == [
+        f"zero-shot directions (--zero-shot all): kept {len(kept)} of 6 ("
+        + ", ".join(f"{d} test {m['counts']['test'][d]}" for d in kept) + "); left out "
+        + ", ".join(f"{d} test {n}" for d, n in left_out.items()) + ": fewer test sentences than --zero-shot-min-size "
+        "3 (rows need a held-out English string both languages translate); lower it or choose larger languages"]

@@ -349,6 +349,8 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
             "dict": "bin/dict.txt", "data_bin": "bin", **extra,
         }
         corpus_build.finish(tmp, manifest, all_langs, lang_pairs)
+    if zero_shot_spec:
+        print(zero_shot.summary(manifest))
     return manifest
 
 

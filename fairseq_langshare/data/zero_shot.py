@@ -135,3 +135,17 @@ def add_test_directions(tmp: str, splits, spec: str, languages: Sequence[str], s
                                       "that occurs in any training pair, a copy or a repeat dropped"},
     }
     return list(sets), present, counts, manifest
+
+
+def summary(manifest) -> str:
+    """The console line of a build with --zero-shot: the directions kept (with their test sizes) out of those
+    requested, and those left out with why."""
+    kept, entry = manifest["zero_shot_pairs"], manifest["zero_shot"]
+    left_out, tests = entry["left_out"], manifest["counts"]["test"]
+    line = (f"zero-shot directions (--zero-shot {entry['spec']}): kept {len(kept)} of {len(kept) + len(left_out)}"
+            + (" (" + ", ".join(f"{d} test {tests[d]}" for d in kept) + ")" if kept else ""))
+    if left_out:
+        line += ("; left out " + ", ".join(f"{d} test {n}" for d, n in left_out.items()) + ": fewer test sentences "
+                 f"than --zero-shot-min-size {entry['min_size']} (rows need a held-out English string both "
+                 "languages translate); lower it or choose larger languages")
+    return line
