@@ -430,6 +430,26 @@ def test_checkpoints_from_before_the_scale_and_the_commit_load_as_they_were(corp
     assert not selector.is_committed() and float(selector.logits_scale) == 1.0
 
 
+def test_the_equations_table_names_the_logged_loss_keys(corpus):
+    """Was: the table said "Reported as loss `kl_enc`/`kl_dec`" and "`target_depth_enc`/`target_depth_dec`";
+    the criterion logs them as aux_kl_<stack> and aux_target_depth_<stack>."""
+    import re
+    from pathlib import Path
+
+    task, model, args = build(corpus, "--latent-layers", "both", "--latent-encoder-target-depth", "1",
+                              "--latent-decoder-target-depth", "2", "--criterion",
+                              "langshare_label_smoothed_cross_entropy")
+    criterion = task.build_criterion(args)
+    model.train()
+    _, _, logging_output = criterion(model, collate(task, [0, 1, 20]))
+    logged = {k for k in logging_output if k.startswith("aux_")}
+    page = (Path(__file__).resolve().parents[1] / "docs" / "latent_depth.md").read_text()
+    table = [line for line in page.splitlines() if line.startswith("| Eq. 8 |") and "Reported as loss" in line]
+    named = {key for line in table for key in re.findall(r"`([a-z_]+)`", line.split("Reported as loss")[1].split("|")[0])}
+    assert len(table) == 2 and len(named) == 4, table
+    assert named <= logged, (sorted(named), sorted(logged))
+
+
 def test_two_level_optimisation_updates_the_selection_every_I_th_update(corpus):
     """Algorithm 2 through fairseq's own train_step, Adam and two micro-batches per update
     (--update-freq 2): the logits have no gradient (None, so Adam skips them) and keep their value
