@@ -45,6 +45,7 @@ from ..user_errors import fairseq_cli
 from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
                                 warn_too_long)
 from .language_tagged_dataset import LanguageTaggedDataset, attach_lang_ids
+from ..resumed_flags import check_resumed_flags
 from ..run_options import run_option
 
 logger = logging.getLogger(__name__)
@@ -251,6 +252,16 @@ def _resumed_checkpoint(args) -> str:
     return os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", restore)
 
 
+def refuse_changed_flags(cfg, model, arch) -> None:
+    """Before a run's own checkpoint_last.pt is loaded (not --restore-file of another file: fine-tuning), refuse
+    flags that change what its weights mean (``resumed_flags``)."""
+    if (run_option(cfg, "restore_file", "checkpoint") or "checkpoint_last.pt") != "checkpoint_last.pt":
+        return
+    path = _resumed_checkpoint(cfg)
+    if os.path.isfile(path):
+        check_resumed_flags(path, ((checkpoint_header(path) or {}).get("cfg") or {}).get("model"), cfg, model, arch)
+
+
 def _batches_per_update(processes: int, update_freq) -> Tuple[int, str]:
     freq = int(update_freq[0] if isinstance(update_freq, (list, tuple)) or OmegaConf.is_list(update_freq)
                else update_freq)
@@ -363,6 +374,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
             if hasattr(model, "check_training_run"):
                 model.check_training_run(cfg)
             self._training_model, self._arch = model, _arch(cfg)
+            refuse_changed_flags(cfg, model, self._arch)
         return model
 
     def build_criterion(self, cfg, *args, **kwargs):

@@ -1,0 +1,119 @@
+"""A plain resume (checkpoint_last.pt of --save-dir) with a changed flag that defines what the weights mean: was
+trained on with the weights reinterpreted (the flag's tensors keep their shapes: latent depth's language, an LSL
+spec, CLSR's indexing language, an adapter placement, a sparse budget, a logit learning-rate scale), or refused
+naming an --arch that did not change (the shapes did). Now refused in one line, before the state dict is loaded,
+naming each changed flag with both values; what is meant to change on resume still does."""
+
+import shutil
+
+import pytest
+import torch
+
+from cli_checks import TRAIN, fairseq_error, snapshot
+from tiny_corpus import task_args, train
+
+BASE = {
+    "latent": ["--arch", "latent_depth_transformer_tiny"],
+    "lsl": ["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "TGT={1,3,4}"],
+    "clsr": ["--arch", "clsr_transformer_tiny", "--clsr-encoder-lang", "tgt"],
+    "adapter": ["--arch", "langshare_adapter_transformer_tiny"],
+    "sparse": ["--arch", "adaptive_sparse_transformer_tiny", "--sparse-t-bar", "1"],
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread(one_thread):
+    yield
+
+
+@pytest.fixture(scope="module")
+def runs(corpus, tmp_path_factory):
+    """A 2-update run of each method (read only: a test that resumes one works on a copy)."""
+    root = tmp_path_factory.mktemp("resume_flags")
+    for method, flags in BASE.items():
+        train(task_args(corpus) + TRAIN[2:] + flags + ["--max-update", "2", "--save-dir", str(root / method)])
+    return root
+
+
+def resume(corpus, runs, tmp_path, method, change, max_update=4, extra=()):
+    save = tmp_path / method
+    shutil.copytree(runs / method, save)
+    argv = task_args(corpus) + TRAIN[2:] + BASE[method] + ["--max-update", str(max_update), "--save-dir", str(save)]
+    for flag in change[::2]:  # replace the flag's value
+        if flag in argv:
+            del argv[argv.index(flag): argv.index(flag) + 2]
+    return save, argv + list(change) + list(extra)
+
+
+@pytest.mark.parametrize("method,change,was,now", [
+    ("latent", ["--latent-decoder-lang", "src"], "--latent-decoder-lang tgt", "--latent-decoder-lang src"),
+    ("lsl", ["--lsl-encoder-layers", "SRC={1} & TGT={3,4}"], "--lsl-encoder-layers 'TGT={1,3,4}'",
+     "--lsl-encoder-layers 'SRC={1} & TGT={3,4}'"),
+    ("clsr", ["--clsr-encoder-lang", "src"], "--clsr-encoder-lang tgt", "--clsr-encoder-lang src"),
+    ("adapter", ["--adapter-placement", "enc-src-tgt"], "--adapter-placement enc-src",
+     "--adapter-placement enc-src-tgt"),
+    ("sparse", ["--sparse-decoder-keep-heads", "2"], "--sparse-decoder-keep-heads 0",
+     "--sparse-decoder-keep-heads 2"),
+    ("sparse", ["--sparse-logit-lr-scale", "1"], "--sparse-logit-lr-scale 30.0", "--sparse-logit-lr-scale 1.0"),
+    # the shapes change too: was "holds a clsr_transformer_tiny model but this run builds clsr_transformer_tiny"
+    ("clsr", ["--clsr-variant", "shared"], "--clsr-variant clsr", "--clsr-variant shared"),
+    ("clsr", ["--clsr-lang-proj", "sublayer"], "--clsr-lang-proj stack", "--clsr-lang-proj sublayer"),
+    ("sparse", ["--sparse-types", "attn"], "--sparse-types attn,ffn,layer", "--sparse-types attn"),
+    ("latent", ["--latent-layers", "both"], "--latent-layers decoder", "--latent-layers both"),
+    ("lsl", ["--lsl-component", "ffn"], "--lsl-component layer", "--lsl-component ffn"),
+    ("lsl", ["--lsl-search", "--lsl-encoder-layers", ""], "--lsl-encoder-layers 'TGT={1,3,4}', no --lsl-search",
+     "--lsl-encoder-layers '', --lsl-search"),
+])
+def test_a_resume_with_a_flag_that_defines_the_weights_changed_is_refused(corpus, runs, tmp_path, method, change,
+                                                                           was, now):
+    save, argv = resume(corpus, runs, tmp_path, method, change)
+    before = snapshot(save)
+    line = fairseq_error(train, argv)
+    fix = was.replace(", no --lsl-search", " without --lsl-search").replace(", ", " ")
+    assert line == (f"fairseq-train: error: {save / 'checkpoint_last.pt'} was trained with {was}, this run has {now}: "
+                    f"resume with {fix}, as it was trained, or start a new run in another --save-dir"), line
+    assert snapshot(save) == before
+
+
+def test_a_resume_with_another_arch_names_the_arch(corpus, runs, tmp_path):
+    save, argv = resume(corpus, runs, tmp_path, "adapter", ["--arch", "latent_depth_transformer_tiny"])
+    line = fairseq_error(train, argv)
+    assert line == (f"fairseq-train: error: {save / 'checkpoint_last.pt'} was trained with --arch "
+                    "langshare_adapter_transformer_tiny, this run has --arch latent_depth_transformer_tiny: resume with "
+                    "--arch langshare_adapter_transformer_tiny, as it was trained, or start a new run in another "
+                    "--save-dir"), line
+
+
+def test_what_may_change_on_resume_still_does(corpus, runs, tmp_path):
+    """Regularizer weights and schedules (--clsr-budget-weight, --max-update); --restore-file of another run's
+    checkpoint into a new --save-dir is fine-tuning, which may change the flags (the shapes must still fit)."""
+    save, argv = resume(corpus, runs, tmp_path, "clsr", ["--clsr-budget-weight", "0.5"])
+    train(argv)
+    _, argv = resume(corpus, runs, tmp_path / "other", "latent", ["--latent-decoder-lang", "src"])
+    new = tmp_path / "finetuned"
+    argv[argv.index("--save-dir") + 1] = str(new)
+    train(argv + ["--restore-file", str(runs / "latent" / "checkpoint_last.pt")])
+    assert (new / "checkpoint_last.pt").is_file()
+
+
+def test_restoring_another_runs_checkpoint_that_does_not_fit_still_names_both_archs(corpus, runs, tmp_path):
+    """What remains for the shapes' check (``_misfit``): --restore-file of another run, which is not compared."""
+    _, argv = resume(corpus, runs, tmp_path, "adapter", ["--arch", "latent_depth_transformer_tiny"])
+    argv[argv.index("--save-dir") + 1] = str(tmp_path / "new")
+    line = fairseq_error(train, argv + ["--restore-file", str(runs / "adapter" / "checkpoint_last.pt")])
+    assert "the checkpoint holds a langshare_adapter_transformer_tiny model but this run builds " \
+           "latent_depth_transformer_tiny (" in line, line
+
+
+def test_every_listed_flag_is_an_option_of_its_model(runs):
+    import dataclasses
+
+    from fairseq.models import MODEL_REGISTRY
+
+    from fairseq_langshare.resumed_flags import DEFINING_FLAGS, TRANSFORMER
+
+    for name, flags in DEFINING_FLAGS.items():
+        fields = {f.name for f in dataclasses.fields(MODEL_REGISTRY[name].config_class)}
+        assert set(flags) <= fields, (name, set(flags) - fields)
+    saved = vars(torch.load(runs / "adapter" / "checkpoint_last.pt", weights_only=True)["cfg"]["model"])
+    assert set(TRANSFORMER) <= set(saved), set(TRANSFORMER) - set(saved)
