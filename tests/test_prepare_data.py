@@ -548,3 +548,18 @@ def test_the_build_ends_with_what_each_direction_kept_and_removed(tmp_path, caps
                        + ", ".join(f"{k} {v}" for k, v in sorted(removed.items()) if v))
     assert removed["duplicate"] and removed["held_out"]  # the repeated rows, and the rows held out
     assert out[-1] == f"prepared {tmp_path / 'corpus'} (manifest.json has every count)"
+
+
+def test_the_summary_lines_name_the_zero_shot_directions_and_one_left_out(tmp_path, capsys):
+    """As prepare-gettext --zero-shot's line: a test-only direction is named zero-shot, and one whose pairs were
+    all removed says it is not in the corpus (was: only 'kept ... test 0', and missing from zero_shot_pairs)."""
+    train = write_tsv(tmp_path / "en-xx.tsv", rows("en", "xx", english(N)))
+    zs = write_tsv(tmp_path / "test.xx-yy.tsv", rows("xx", "yy", english(10, seed=9)))
+    gone = write_tsv(tmp_path / "test.xx-zz.tsv", [("", "z") for _ in range(4)])
+    m = pc.prepare_data(tmp_path / "corpus", [train, zs, gone], **SMALL)
+    assert m["zero_shot_pairs"] == ["xx-yy"]
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("xx-")] == [
+        "xx-yy: read test 10; kept train 0, valid 0, test 10; zero-shot (test only)",
+        "xx-zz: read test 4; kept train 0, valid 0, test 0; removed test_one_side_empty 4; zero-shot, nothing kept: "
+        "left out of the corpus"]

@@ -280,8 +280,10 @@ def prepare_data(out_dir, inputs, valid_size=DEFAULTS["valid_size"], test_size=D
     for d in by_direction:
         kept = ", ".join(f"{s} {counts[s].get(d, 0)}" for s in SPLITS)
         gone = ", ".join(f"{why} {n}" for why, n in sorted(removed[d].items()) if n)
+        zs = "" if d in trained else "; zero-shot (test only)" if d in zero_shot else (
+            "; zero-shot, nothing kept: left out of the corpus")
         print(f"{d}: read " + ", ".join(f"{s} {n}" for s, n in read[d]["read"].items()) + f"; kept {kept}"
-              + (f"; removed {gone}" if gone else ""))
+              + (f"; removed {gone}" if gone else "") + zs)
     print(f"prepared {out_dir} (manifest.json has every count)")
     return manifest
 
