@@ -254,9 +254,13 @@ def test_analyze_cli_plots_and_prints_the_selected_flag(corpus, tmp_path, capsys
         for layer, logits_ in zip(model.encoder.layers, ([0, 2, 0], [1, 0, 0], [0, 0, 3], [0, 0.5, 1])):
             layer.mix_logits.copy_(torch.tensor(logits_))
     ckpt = save_checkpoint(model, args, tmp_path / "search.pt")
+    with torch.no_grad():  # a second run (another seed): other weights, the same arg max per layer
+        for layer, logits_ in zip(model.encoder.layers, ([0, 2.2, 0], [1.1, 0, 0], [0, 0, 2.8], [0, 0.4, 1.1])):
+            layer.mix_logits.copy_(torch.tensor(logits_))
+    ckpt2 = save_checkpoint(model, args, tmp_path / "search2.pt")
     parser = argparse.ArgumentParser(prog="langshare")
     analysis.add_subcommand(parser.add_subparsers(dest="command"))
-    parsed = parser.parse_args(["analyze", "lsl", str(ckpt), str(ckpt), "--out", str(tmp_path / "out")])
+    parsed = parser.parse_args(["analyze", "lsl", str(ckpt), str(ckpt2), "--out", str(tmp_path / "out")])
     assert parsed.func(parsed) == 0
     printed = capsys.readouterr().out
     assert '--lsl-encoder-layers "SRC={1} & TGT={3,4}"' in printed.splitlines()
@@ -268,6 +272,27 @@ def test_analyze_cli_plots_and_prints_the_selected_flag(corpus, tmp_path, capsys
     _, plain, plain_args = build(corpus, "--lsl-encoder-layers", "SRC={1}", pairs=["en-xx", "en-yy"])
     with pytest.raises(ValueError, match="has no LSL mixing weights"):
         analysis.lsl_weights.analyze([save_checkpoint(plain, plain_args, tmp_path / "plain.pt")], tmp_path / "o2")
+
+
+def test_the_same_checkpoint_twice_is_refused_in_one_line(corpus, tmp_path, capsys):
+    """Was: averaged as two seeds' runs, drawn as Figure 3's band between runs (of zero width)."""
+    import shutil
+
+    from fairseq_langshare.cli import main
+
+    _, model, args = build(corpus, "--lsl-search", pairs=["en-xx", "en-yy"])
+    ckpt = save_checkpoint(model, args, tmp_path / "search.pt")
+    (tmp_path / "sub").mkdir()
+    again = tmp_path / "sub" / ".." / "search.pt"
+    copy = tmp_path / "copy.pt"
+    shutil.copyfile(ckpt, copy)
+    for pair, said in (((ckpt, ckpt), f"{ckpt} is given twice"),
+                       ((ckpt, again), f"{ckpt} and {again} are the same file"),
+                       ((ckpt, copy), f"{ckpt} and {copy} hold the same weights")):
+        assert main(["analyze", "lsl", *map(str, pair), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and said in err and "pass each run's checkpoint once" in err, err
+    assert not (tmp_path / "out").exists()
 
 
 # --- dense pre-training ----------------------------------------------------------------------

@@ -8,6 +8,7 @@ seeds) the weights are averaged and the plot shades the range between runs, as t
 Figure 3 does for its 3 runs; the selection uses the mean.
 """
 
+import os
 import re
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -99,11 +100,34 @@ def _training_flags(model_cfg, spec: str) -> List[str]:
     return flags
 
 
+def _same_weights(a, b) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) if torch.is_tensor(a[k]) else a[k] == b[k] for k in a)
+
+
+def refuse_repeated_runs(checkpoints: Sequence, states: Sequence) -> None:
+    """One run given twice would be averaged as two seeds' runs (and make Figure 3's band): a one-line
+    ValueError for the same path, the same file under another path, or a copy (the same weights)."""
+    for j in range(len(checkpoints)):
+        for i in range(j):
+            first, second = checkpoints[i], checkpoints[j]
+            if str(first) == str(second):
+                why = f"{first} is given twice"
+            elif os.path.samefile(first, second):
+                why = f"{first} and {second} are the same file"
+            elif _same_weights(states[i]["model"], states[j]["model"]):
+                why = f"{first} and {second} hold the same weights (copies of one checkpoint)"
+            else:
+                continue
+            raise ValueError(f"{why}: the checkpoints are averaged as runs with different seeds and Figure 3's band "
+                             "spans them; pass each run's checkpoint once")
+
+
 def analyze(checkpoints: Sequence, out_dir, verbose: bool = True) -> Dict:
     """Read, average, plot and select; write ``lsl_weights.json`` and ``lsl_weights.png``."""
     if not checkpoints:
         raise ValueError("pass at least one --lsl-search checkpoint")
     states = [_load(c) for c in checkpoints]
+    refuse_repeated_runs(checkpoints, states)
     runs = [mixing_weights_from_state_dict(s["model"], source=str(c)) for s, c in zip(states, checkpoints)]
     if len({len(r) for r in runs}) > 1:
         raise ValueError(f"the checkpoints have {sorted({len(r) for r in runs})} encoder layers; compare runs of one architecture")
