@@ -28,7 +28,7 @@ TRANSFORMER = ("encoder_layers", "decoder_layers", "encoder_embed_dim", "decoder
                "encoder_normalize_before", "decoder_normalize_before", "activation_fn", "share_all_embeddings",
                "share_decoder_input_output_embed", "no_scale_embedding", "layernorm_embedding")
 DEFINING_FLAGS = {
-    "langshare_adapter_transformer": ("adapter_placement", "adapter_bottleneck"),
+    "langshare_adapter_transformer": ("adapter_placement", "adapter_bottleneck", "adapter_frozen_base"),
     "langshare_adapter_single": ("adapter_placement", "adapter_bottleneck"),
     "latent_depth_transformer": ("latent_layers", "latent_encoder_lang", "latent_decoder_lang",
                                  "latent_logit_lr_scale"),
@@ -108,5 +108,6 @@ def _refuse(path, changed):
     was = ", ".join(_said(flag, value) for flag, value, _ in changed)
     now = ", ".join(_said(flag, value) for flag, _, value in changed)
     fix = " ".join(_said(flag, value).replace("no --", "without --") for flag, value, _ in changed)
-    raise ChangedFlagsOnResume(f"{path} was trained with {was}, this run has {now}: resume with {fix}, as it was "
+    fix = fix if fix.startswith("without --") else f"with {fix}"
+    raise ChangedFlagsOnResume(f"{path} was trained with {was}, this run has {now}: resume {fix}, as it was "
                                "trained, or start a new run in another --save-dir")

@@ -350,6 +350,18 @@ def test_resuming_a_frozen_run_without_the_finetune_flag_stays_frozen(corpus, ba
     assert not (save / "crash.pt").exists()
 
 
+def test_freezing_the_base_of_a_resumed_unfrozen_run_is_refused_in_one_line(corpus, tmp_path):
+    """Was: torch's traceback "loaded state dict contains a parameter group that doesn't match the size of
+    optimizer's group" (the optimizer's saved state holds every parameter, the frozen model's only the adapters)."""
+    save = tmp_path / "ckpt"
+    common = task_args(corpus) + TRAIN + ["--arch", ARCH, "--adapter-placement", "pair", "--save-dir", str(save)]
+    train(common + ["--max-update", "2"])
+    with pytest.raises(ValueError, match=r"checkpoint_last.pt was trained with no --adapter-frozen-base, this run has "
+                                         r"--adapter-frozen-base: resume without --adapter-frozen-base, as it was trained"):
+        train(common + ["--max-update", "4", "--adapter-frozen-base"])
+    assert not (save / "crash.pt").exists()
+
+
 def test_finetune_from_a_mismatched_baseline_is_a_one_line_error(corpus, baseline_checkpoint, tmp_path):
     path, _ = baseline_checkpoint
     with pytest.raises(ValueError, match=r"--adapter-finetune-from .* does not fit this model \(missing \[\], unexpected "

@@ -41,7 +41,7 @@ from ..languages import decode_inventory
 from ..modules.activation_checkpointing import wrap_like_fairseq
 from ..modules.adapters import Adapter, AdapterBank, LanguagePairTable
 from ..option_ranges import Range
-from ..run_options import run_option
+from ..run_options import resumed_checkpoint
 from .langshare_transformer import small_preset, tiny_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
@@ -311,10 +311,7 @@ def adopt_frozen_base_of_resumed_run(args) -> None:
     checkpoint_last.pt of --save-dir) whose saved config froze the base. fairseq builds the model before it
     loads the checkpoint and builds the optimizer after, so the resumed optimizer again holds only the adapters
     (unfrozen, its saved state has fewer parameters than the optimizer and torch refuses to load it)."""
-    restore = run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt"
-    if restore == "checkpoint_last.pt":  # fairseq's default: the run's own last checkpoint
-        suffix = run_option(args, "checkpoint_suffix", "checkpoint", "")
-        restore = os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", f"checkpoint_last{suffix}.pt")
+    restore = resumed_checkpoint(args)
     if not os.path.isfile(restore):
         return
     saved = config_value((checkpoint_header(restore) or {}).get("cfg"), "model")

@@ -42,7 +42,7 @@ from ..modules.schedules import HORIZONS, set_given_options
 from ..option_ranges import Range
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
 from .langshare_transformer import small_preset, tiny_preset
-from ..run_options import run_option
+from ..run_options import resumed_checkpoint, run_option
 
 VARIANTS = ChoiceEnum(["clsr", "gate", "shared", "language", "top-bottom", "dedicated", "ls-encoder-output"])
 SIDES = ChoiceEnum(["src", "tgt"])
@@ -79,10 +79,7 @@ class ClsrTransformerConfig(TransformerConfig):
 def _resumes_a_horizon(args) -> bool:
     """Whether fairseq-train resumes a checkpoint (--restore-file, else checkpoint_last.pt of --save-dir) whose
     saved schedule horizons all have a length: loading it sets the noise ramp (``modules/schedules.py``)."""
-    restore = run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt"
-    if restore == "checkpoint_last.pt":
-        suffix = run_option(args, "checkpoint_suffix", "checkpoint", "")
-        restore = os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", f"checkpoint_last{suffix}.pt")
+    restore = resumed_checkpoint(args)
     if not os.path.isfile(restore):
         return False
     weights = (checkpoint_header(restore) or {}).get("model") or {}

@@ -46,7 +46,7 @@ from .interactive_input import (check_input_file, decodable, input_option, toler
                                 warn_too_long)
 from .language_tagged_dataset import LanguageTaggedDataset, attach_lang_ids
 from ..resumed_flags import check_resumed_flags
-from ..run_options import run_option
+from ..run_options import resumed_checkpoint, resumes_own_checkpoint, run_option
 
 logger = logging.getLogger(__name__)
 
@@ -227,13 +227,13 @@ def check_resumed_updates(update_num: int, args) -> None:
     max_update = run_option(args, "max_update", "optimization", 0)
     if max_update <= 0 or update_num <= max_update:
         return
-    restore = run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt"
-    if restore != "checkpoint_last.pt":  # another run's checkpoint: a new --save-dir would load it again
+    if not resumes_own_checkpoint(args):  # another run's checkpoint: a new --save-dir would load it again
+        restore = run_option(args, "restore_file", "checkpoint")
         raise ResumedPastMaxUpdate(
             f"--restore-file {restore} was trained for {update_num} updates, more than --max-update {max_update}: "
             f"pass --max-update {update_num} or more to train on from its count, or --reset-optimizer to count "
             "updates from 0 (or --finetune-from-model instead of --restore-file: fine-tuning)")
-    path = _resumed_checkpoint(args)
+    path = resumed_checkpoint(args)
     raise ResumedPastMaxUpdate(f"{path} was trained for {update_num} updates, more than --max-update {max_update}: "
                                f"pass --max-update {update_num} or more to train on, or another --save-dir to start "
                                f"a new run (--finetune-from-model {path} to start it from these weights)")
@@ -244,20 +244,12 @@ def _arch(cfg) -> str:
     return str(getattr(cfg, "arch", None) or getattr(cfg, "_name", None) or "the model")
 
 
-def _resumed_checkpoint(args) -> str:
-    """The checkpoint fairseq-train resumes from: --restore-file, checkpoint_last.pt in --save-dir by default."""
-    restore = run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt"
-    if restore != "checkpoint_last.pt":
-        return restore
-    return os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", restore)
-
-
 def refuse_changed_flags(cfg, model, arch) -> None:
     """Before a run's own checkpoint_last.pt is loaded (not --restore-file of another file: fine-tuning), refuse
     flags that change what its weights mean (``resumed_flags``)."""
-    if (run_option(cfg, "restore_file", "checkpoint") or "checkpoint_last.pt") != "checkpoint_last.pt":
+    if not resumes_own_checkpoint(cfg):
         return
-    path = _resumed_checkpoint(cfg)
+    path = resumed_checkpoint(cfg)
     if os.path.isfile(path):
         check_resumed_flags(path, ((checkpoint_header(path) or {}).get("cfg") or {}).get("model"), cfg, model, arch)
 
@@ -275,7 +267,7 @@ def warn_if_the_batch_changed(update_num: int, args) -> None:
 
     if update_num <= 0 or not first_rank():
         return
-    path = _resumed_checkpoint(args)
+    path = resumed_checkpoint(args)
     cfg = (checkpoint_header(path) or {}).get("cfg") or {}
     try:
         before, said = _batches_per_update(int(cfg["distributed_training"]["distributed_world_size"]),
