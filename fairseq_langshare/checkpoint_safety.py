@@ -190,16 +190,12 @@ def _suggestion(folder):
 
 
 def checkpoint_header(path) -> Optional[dict]:
-    """A fairseq checkpoint's state without reading its weights (memory-mapped where torch can, >= 2.1),
+    """A fairseq checkpoint's state without reading its weights (memory-mapped),
     weights-only as every load of the package; None where it cannot be read (loading it says why)."""
-    for kwargs in ({"mmap": True}, {}):
-        try:
-            return torch.load(str(path), map_location="cpu", weights_only=True, **kwargs)
-        except TypeError:  # a torch without mmap: load it whole
-            continue
-        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError):
-            return None
-    return None
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError):
+        return None
 
 
 def checkpoint_updates(path) -> int:
@@ -296,11 +292,8 @@ def _wrap_saving(checkpoint_utils) -> None:
 
 
 def install() -> None:
-    """Allow-list fairseq's checkpoint globals and make refusals one clear line. torch < 2.4
-    has no allow-list and loads with ``weights_only=False`` by default: nothing to add there."""
-    add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
-    if add_safe_globals is not None:
-        add_safe_globals(SAFE_GLOBALS)
+    """Allow-list fairseq's checkpoint globals and make refusals one clear line."""
+    torch.serialization.add_safe_globals(SAFE_GLOBALS)
     from fairseq import checkpoint_utils
     from fairseq.distributed import utils as distributed_utils
 

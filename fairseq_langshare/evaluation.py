@@ -33,6 +33,7 @@ import sys
 import tempfile
 from .atomic_files import check_writable, json_text, write_files_atomic
 from .checkpoint_safety import CheckpointError, require_checkpoint
+from .saved_config import export_record
 from .result_kinds import (COMPARE_JSON, EVALUATE_JSON, EVALUATE_MARKDOWN, HEAD_TO_HEAD_JSON, file_kind, held_unless,
                            json_kind)
 from .command_line import add_command
@@ -449,7 +450,7 @@ def _checkpoint_task(checkpoint):
         updates = int(state["optimizer_history"][-1]["num_updates"]) or None
     except (KeyError, IndexError, TypeError, ValueError):
         updates = None
-    return name, task, (state.get("extra_state") or {}).get("langshare_export"), updates
+    return name, task, export_record(state), updates
 
 
 def _task_flags(task_name, task_cfg):

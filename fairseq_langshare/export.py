@@ -45,9 +45,10 @@ from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from omegaconf import OmegaConf
 
-from .analysis.saved_config import config_value, trained_codes
 from .atomic_files import OutputPathError, check_writable, write_atomic
+from .checkpoint_safety import checkpoint_header
 from .languages import decode_inventory, decode_settings
+from .saved_config import config_value, export_record, trained_codes
 from .tasks.multilingual_langshare import options_as_namespace
 
 logger = logging.getLogger(__name__)
@@ -290,10 +291,9 @@ def _protected(checkpoint: Path, cfg) -> Dict[str, Optional[str]]:
 def _is_export(path: Path) -> bool:
     """Whether ``path`` is a checkpoint this command wrote (its ``extra_state`` names the export)."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # any file that is no loadable checkpoint is not ours
+        return export_record(checkpoint_header(path)) is not None
+    except Exception:  # noqa: BLE001 - any file that is no loadable checkpoint is not ours
         return False
-    return isinstance(state, dict) and "langshare_export" in (state.get("extra_state") or {})
 
 
 def generate_command(path, task_cfg: Dict, export_name: str = PLAIN_ARCH) -> str:

@@ -2,8 +2,9 @@
 
 fairseq-train resumes ``checkpoint_last.pt`` of ``--save-dir`` into a model built from the command line. A flag
 that decides which tensor serves which language, or how a tensor is read, keeps the shapes when it changes
-(latent depth's ``--latent-decoder-lang``, an LSL spec, CLSR's ``--clsr-encoder-lang``, a sparse budget, a logit
-learning-rate scale): the weights were reinterpreted with no word. Where the shapes change, the state dict's
+(latent depth's ``--latent-decoder-lang``, an LSL spec, CLSR's ``--clsr-encoder-lang``, a sparse budget): the
+weights were reinterpreted with no word; a logit learning-rate scale was ignored (the checkpoint's buffer wins)
+while the saved config named the new one. Where the shapes change, the state dict's
 misfit named an ``--arch`` that had not changed. ``DEFINING_FLAGS`` lists, per registered model, the flags whose
 value is part of what the weights mean; the saved model config (``state["cfg"]["model"]``, read from the
 checkpoint's header) is compared with this run's and every changed one is named with both values. Regularizer
@@ -28,7 +29,7 @@ TRANSFORMER = ("encoder_layers", "decoder_layers", "encoder_embed_dim", "decoder
                "encoder_normalize_before", "decoder_normalize_before", "activation_fn", "share_all_embeddings",
                "share_decoder_input_output_embed", "no_scale_embedding", "layernorm_embedding")
 DEFINING_FLAGS = {
-    "langshare_adapter_transformer": ("adapter_placement", "adapter_bottleneck", "adapter_frozen_base"),
+    "langshare_adapter_transformer": ("adapter_placement", "adapter_bottleneck"),
     "langshare_adapter_single": ("adapter_placement", "adapter_bottleneck"),
     "latent_depth_transformer": ("latent_layers", "latent_encoder_lang", "latent_decoder_lang",
                                  "latent_logit_lr_scale"),
@@ -107,7 +108,9 @@ def check_resumed_flags(path, saved_cfg, cfg, model, arch) -> None:
 def _refuse(path, changed):
     was = ", ".join(_said(flag, value) for flag, value, _ in changed)
     now = ", ".join(_said(flag, value) for flag, _, value in changed)
-    fix = " ".join(_said(flag, value).replace("no --", "without --") for flag, value, _ in changed)
-    fix = fix if fix.startswith("without --") else f"with {fix}"
+    restore = [_said(flag, value) for flag, value, _ in changed]
+    with_ = " ".join(said for said in restore if not said.startswith("no --"))
+    without = " ".join(said[len("no "):] for said in restore if said.startswith("no --"))
+    fix = " and ".join(([f"with {with_}"] if with_ else []) + ([f"without {without}"] if without else []))
     raise ChangedFlagsOnResume(f"{path} was trained with {was}, this run has {now}: resume {fix}, as it was "
                                "trained, or start a new run in another --save-dir")

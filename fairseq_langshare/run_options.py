@@ -3,10 +3,11 @@ Namespace; ``fairseq-hydra-train`` hands each its own node of the config (``cfg.
 the others sit in the config's other groups (``optimization.max_update``, ``checkpoint.save_dir``)."""
 
 import os
+import sys
 
 from omegaconf import OmegaConf
 
-__all__ = ["run_option", "resumed_checkpoint", "resumes_own_checkpoint"]
+__all__ = ["run_option", "in_fairseq_training", "resumed_checkpoint", "resumes_own_checkpoint", "resumed_model_config"]
 
 
 def run_option(args, name: str, group: str, default=None):
@@ -18,16 +19,49 @@ def run_option(args, name: str, group: str, default=None):
     return default if value is None else value
 
 
-def resumes_own_checkpoint(args) -> bool:
-    """Whether fairseq-train resumes the run's own last checkpoint (the default ``--restore-file``), not
-    another file (fine-tuning or a deliberate restart)."""
-    return (run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt") == "checkpoint_last.pt"
+def in_fairseq_training() -> bool:
+    """Whether fairseq's training entry point (``fairseq_cli.train.main``: fairseq-train, fairseq-hydra-train,
+    every torchrun rank) is on the call stack: a model built there belongs to a run that loads its checkpoint next;
+    one built by a script, a benchmark or a notebook does not."""
+    train = sys.modules.get("fairseq_cli.train")  # not imported: not training (importing it configures logging)
+    code = getattr(getattr(train, "main", None), "__code__", None)
+    frame = sys._getframe(1)
+    while code is not None and frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def resumed_checkpoint(args) -> str:
-    """The checkpoint fairseq-train loads at start, if it exists: ``--restore-file``, by default
-    ``checkpoint_last{--checkpoint-suffix}.pt`` in ``--save-dir`` (as fairseq's ``load_checkpoint`` finds it)."""
-    if not resumes_own_checkpoint(args):
-        return run_option(args, "restore_file", "checkpoint")
+    """The checkpoint fairseq-train loads at start, as ``checkpoint_utils.load_checkpoint`` finds it (it may not
+    exist): ``checkpoint_last{--checkpoint-suffix}.pt`` of ``--save-dir`` by default, ``--continue-once`` while
+    that does not exist yet, else ``--restore-file`` with the suffix."""
     suffix = run_option(args, "checkpoint_suffix", "checkpoint", "")
-    return os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", f"checkpoint_last{suffix}.pt")
+    restore = run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt"
+    if restore != "checkpoint_last.pt":
+        return restore.replace(".pt", suffix + ".pt")
+    own = os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", f"checkpoint_last{suffix}.pt")
+    return own if os.path.exists(own) else (run_option(args, "continue_once", "checkpoint") or own)
+
+
+def resumes_own_checkpoint(args) -> bool:
+    """Whether fairseq-train resumes the run's own last checkpoint (``resumed_checkpoint``), not another file:
+    ``--restore-file``, ``--continue-once`` (a restart from another run) or ``--finetune-from-model`` (fine-tuning)."""
+    restore = run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt"
+    suffix = run_option(args, "checkpoint_suffix", "checkpoint", "")
+    own = os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", f"checkpoint_last{suffix}.pt")
+    return restore == "checkpoint_last.pt" and os.path.exists(own)
+
+
+def resumed_model_config(args):
+    """The saved model config of the run's own checkpoint that fairseq's training is about to resume; None when
+    it resumes none (a first launch, another file, a model built outside fairseq-train) or the header cannot be
+    read (fairseq's own load then says why)."""
+    from .checkpoint_safety import checkpoint_header
+    from .saved_config import config_value
+
+    if not in_fairseq_training() or not resumes_own_checkpoint(args):
+        return None
+    model = config_value((checkpoint_header(resumed_checkpoint(args)) or {}).get("cfg"), "model")
+    return model if model else None

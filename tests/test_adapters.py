@@ -356,10 +356,15 @@ def test_freezing_the_base_of_a_resumed_unfrozen_run_is_refused_in_one_line(corp
     save = tmp_path / "ckpt"
     common = task_args(corpus) + TRAIN + ["--arch", ARCH, "--adapter-placement", "pair", "--save-dir", str(save)]
     train(common + ["--max-update", "2"])
-    with pytest.raises(ValueError, match=r"checkpoint_last.pt was trained with no --adapter-frozen-base, this run has "
-                                         r"--adapter-frozen-base: resume without --adapter-frozen-base, as it was trained"):
+    with pytest.raises(ValueError, match=r"checkpoint_last.pt was trained with every parameter \(no --adapter-frozen-base"
+                                         r"\), this run freezes the base \(--adapter-frozen-base\), and the optimizer "
+                                         r"state it resumes holds every parameter: resume without --adapter-frozen-base,"
+                                         r" or add --reset-optimizer"):
         train(common + ["--max-update", "4", "--adapter-frozen-base"])
     assert not (save / "crash.pt").exists()
+    train(common + ["--max-update", "4", "--adapter-frozen-base", "--reset-optimizer"])  # a new optimizer: frozen
+    saved = torch.load(save / "checkpoint_last.pt", weights_only=True)
+    assert saved["cfg"]["model"].adapter_frozen_base is True and saved["optimizer_history"][-1]["num_updates"] == 4
 
 
 def test_finetune_from_a_mismatched_baseline_is_a_one_line_error(corpus, baseline_checkpoint, tmp_path):

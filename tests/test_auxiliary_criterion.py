@@ -65,3 +65,7 @@ def test_the_table_names_the_losses_each_method_reports(corpus, method):
     model(**batch["net_input"])
     losses, _ = model.auxiliary_outputs()
     assert bool(auxiliary_terms(model)) == bool(losses) == (method in AUX_LOSSES), (losses, auxiliary_terms(model))
+    # every loss reported is one the refusal names ("budget (--clsr-budget-weight 1.0)" -> budget_*); adaptive
+    # sparsity's disparity and top-k terms come in later phases
+    names = {term.split(" ")[0] for term in auxiliary_terms(model)}
+    assert {key for key in losses if not any(key.startswith(name) for name in names)} == set(), (losses, names)

@@ -69,9 +69,9 @@ def test_a_resume_with_a_flag_that_defines_the_weights_changed_is_refused(corpus
     save, argv = resume(corpus, runs, tmp_path, method, change)
     before = snapshot(save)
     line = fairseq_error(train, argv)
-    fix = was.replace(", no --lsl-search", " without --lsl-search").replace(", ", " ")
+    fix = "with " + was.replace(", no --lsl-search", " and without --lsl-search").replace(", ", " ")
     assert line == (f"fairseq-train: error: {save / 'checkpoint_last.pt'} was trained with {was}, this run has {now}: "
-                    f"resume with {fix}, as it was trained, or start a new run in another --save-dir"), line
+                    f"resume {fix}, as it was trained, or start a new run in another --save-dir"), line
     assert snapshot(save) == before
 
 
@@ -117,3 +117,33 @@ def test_every_listed_flag_is_an_option_of_its_model(runs):
         assert set(flags) <= fields, (name, set(flags) - fields)
     saved = vars(torch.load(runs / "adapter" / "checkpoint_last.pt", weights_only=True)["cfg"]["model"])
     assert set(TRANSFORMER) <= set(saved), set(TRANSFORMER) - set(saved)
+
+
+def test_a_model_built_outside_fairseq_train_ignores_a_checkpoint_in_the_working_directory(corpus, runs, tmp_path,
+                                                                                             monkeypatch):
+    """A script, benchmark or notebook that builds a model (task.build_model, no --save-dir) in a directory holding
+    fairseq's default checkpoints/checkpoint_last.pt of another run: was refused ('checkpoints/checkpoint_last.pt
+    was trained with --arch ...'), although nothing resumes it."""
+    from tiny_corpus import build_task_and_model
+
+    shutil.copytree(runs / "adapter", tmp_path / "checkpoints")
+    monkeypatch.chdir(tmp_path)
+    _, model, _ = build_task_and_model(corpus, "latent_depth_transformer_tiny")
+    assert type(model).__name__ == "LatentDepthTransformerModel"
+
+
+def test_a_checkpoint_whose_saved_config_cannot_be_read_is_not_compared(corpus, runs, tmp_path, monkeypatch):
+    """Was: every flag compared with its default, as if that were what the run was trained with ('was trained with
+    --clsr-encoder-lang tgt'); fairseq's own load now says what is wrong with the file."""
+    from tiny_corpus import build_task_and_model
+
+    from fairseq_langshare import run_options
+
+    save = tmp_path / "clsr"
+    shutil.copytree(runs / "clsr", save)
+    state = torch.load(save / "checkpoint_last.pt", weights_only=True)
+    state["cfg"] = None
+    torch.save(state, save / "checkpoint_last.pt")
+    monkeypatch.setattr(run_options, "in_fairseq_training", lambda: True, raising=False)  # as under fairseq-train
+    build_task_and_model(corpus, "clsr_transformer_tiny", extra=["--clsr-encoder-lang", "src", "--max-update", "4",
+                                                                 "--save-dir", str(save)])

@@ -159,3 +159,20 @@ def test_the_console_says_which_zero_shot_directions_were_kept_and_why_not(tmp_p
         + ", ".join(f"{d} test {m['counts']['test'][d]}" for d in kept) + "); left out "
         + ", ".join(f"{d} test {n}" for d, n in left_out.items()) + ": fewer test sentences than --zero-shot-min-size "
         "3 (rows need a held-out English string both languages translate); lower it or choose larger languages"]
+    assert main(["prepare-gettext", "--out", str(tmp_path / "corpus"), "--langs", "tg,fo,lg", "--direction", "both",
+                 "--vocab-size", "1000", "--zero-shot", "all", "--zero-shot-min-size", "3"]) == 0  # reused
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("zero-shot")] == said
+
+
+@pytest.mark.parametrize("left_out", [{}, {"fr-de": 2}])
+def test_the_zero_shot_line_of_a_manifest(left_out):
+    """Independent of the machine's catalogues: what the line says for kept directions and for those left out."""
+    from fairseq_langshare.data.zero_shot import summary
+
+    manifest = {"zero_shot_pairs": ["de-fr"], "counts": {"test": {"de-fr": 40}},
+                "zero_shot": {"spec": "de,fr", "left_out": left_out, "min_size": 20}}
+    line = summary(manifest)
+    assert line.startswith(f"zero-shot directions (--zero-shot de,fr): kept 1 of {1 + len(left_out)} (de-fr test 40)")
+    assert line.endswith("; left out fr-de test 2: fewer test sentences than --zero-shot-min-size 20 (rows need a "
+                         "held-out English string both languages translate); lower it or choose larger languages"
+                         if left_out else "(de-fr test 40)")

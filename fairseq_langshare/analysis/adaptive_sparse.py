@@ -24,7 +24,7 @@ from ..languages import decode_inventory
 from ..models.adaptive_sparse_transformer import _stack_tables, selected_components
 from ..modules.scaled_logits import scaled_from_state
 from .figures import new_figure
-from .saved_config import config_value, trained_codes
+from ..saved_config import config_value, refuse_export, trained_codes
 from ..atomic_files import save_figure_atomic, write_json_atomic
 from ..checkpoint_safety import require_checkpoint
 
@@ -39,6 +39,7 @@ def scores_from_state(state, source: str = "the checkpoint") -> Dict:
     cfg = state.get("cfg") or {}
     model_cfg, task_cfg = config_value(cfg, "model"), config_value(cfg, "task")
     if not any(".sparse_scores." in k for k in weights):
+        refuse_export(source, "component scores", state)
         raise ValueError(f"{source} has no component scores: analyze a checkpoint trained with "
                          "--arch adaptive_sparse_transformer*")
     langs = decode_inventory(weights["lang_inventory"]) if "lang_inventory" in weights else []

@@ -22,7 +22,7 @@ import torch
 from ..modules.clsr import ClsrUnit
 from ..atomic_files import save_figure_atomic, write_json_atomic
 from .figures import new_figure
-from .saved_config import refuse_export
+from ..saved_config import refuse_export
 from ..option_ranges import Range
 
 KINDS = ("enc.self_attn", "enc.ffn", "dec.self_attn", "dec.cross_attn", "dec.ffn")
@@ -220,7 +220,7 @@ def _read_gates(path: str) -> Dict:
     if run.get("fixed_gates") or variant not in LEARNED_VARIANTS:
         raise ValueError(f"{path} is the gates.json of a fixed-gate run (--clsr-variant {variant}): its gates follow "
                          "no budget, so it has no LSScore (Eq. 7 compares learned gates over budgets p); pass the "
-                         "gates.json of --clsr-variant clsr runs")
+                         f"gates.json of --clsr-variant {' or '.join(sorted(LEARNED_VARIANTS))} runs")
     if not run["sublayers"]:
         raise ValueError(f"{path} records no CLSR sub-layer: run `langshare analyze clsr` on its checkpoint again")
     return run

@@ -18,7 +18,7 @@
 import json
 import re
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 import torch
 
@@ -27,7 +27,7 @@ from ..modules.latent_layers import alpha_from_state, keep_from_state, resolve_k
 from ..atomic_files import save_figure_atomic, write_json_atomic
 from ..checkpoint_safety import require_checkpoint
 from .figures import new_figure
-from .saved_config import config_value, trained_codes
+from ..saved_config import config_value, refuse_export, trained_codes
 
 __all__ = ["utilisation_from_state", "TrainingLog", "utilisation_from_logs", "plot_utilisation", "plot_training",
            "analyze", "add_analysis"]
@@ -75,6 +75,7 @@ def utilisation_from_state(state, source: str = "the checkpoint") -> Dict:
             "utilisation": probs[rows].mean(0).tolist(),
         }
     if not stacks:
+        refuse_export(source, "latent layers", state)
         raise ValueError(f"{source} has no latent layers: analyze a checkpoint trained with "
                          "--arch latent_depth_transformer*")
     return stacks

@@ -20,7 +20,7 @@ import torch
 from ..atomic_files import save_figure_atomic, write_json_atomic
 from ..modules.language_specific_layer import LanguageSpecificEncoderLayer, PartialLanguageSpecificEncoderLayer
 from .figures import new_figure
-from .saved_config import refuse_export
+from ..saved_config import refuse_export
 from ..option_ranges import Range
 
 __all__ = ["linear_cka", "copy_similarity", "plot_similarity", "analyze", "add_analysis"]

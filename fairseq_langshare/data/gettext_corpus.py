@@ -298,6 +298,8 @@ def prepare_gettext(out_dir, langs=None, num_langs=None, selection="largest", di
     out_dir = os.path.abspath(out_dir)
     old = corpus_build.existing_build(out_dir, cfg, force)
     if old is not None:
+        if zero_shot_spec:
+            print(zero_shot.summary(old))
         return old
 
     loaded = _resolve_languages(cfg, workers)

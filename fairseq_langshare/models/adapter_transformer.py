@@ -19,7 +19,6 @@ weights, freeze them and train only the adapters. ``export_state_dict`` extracts
 """
 
 import logging
-import os
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -35,13 +34,13 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
-from ..analysis.saved_config import config_value
-from ..checkpoint_safety import checkpoint_header, require_checkpoint
+from ..saved_config import config_value
+from ..checkpoint_safety import require_checkpoint
 from ..languages import decode_inventory
 from ..modules.activation_checkpointing import wrap_like_fairseq
 from ..modules.adapters import Adapter, AdapterBank, LanguagePairTable
 from ..option_ranges import Range
-from ..run_options import resumed_checkpoint
+from ..run_options import resumed_checkpoint, resumed_model_config, run_option
 from .langshare_transformer import small_preset, tiny_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
@@ -229,8 +228,7 @@ class AdapterTransformerModel(LanguageAwareTransformerModel):
         if finetune_from:
             require_checkpoint(finetune_from, "--adapter-finetune-from", _FINETUNE_FROM)  # before anything is built
             _set(args, "adapter_frozen_base", True)  # the saved config keeps the base frozen on reload
-        elif not getattr(args, "adapter_frozen_base", False):
-            adopt_frozen_base_of_resumed_run(args)
+        keep_frozen_base_of_resumed_run(args, "--adapter-finetune-from" if finetune_from else "--adapter-frozen-base")
         model = super().build_model(args, task)
         model.task_pairs = _pairs(getattr(task, "lang_pairs", None))  # for check_training_run
         if placement.startswith("pair"):
@@ -306,19 +304,25 @@ class AdapterTransformerModel(LanguageAwareTransformerModel):
         return out, {"adapter_pairs": None, "adapter_finetune_from": None, "adapter_frozen_base": None}
 
 
-def adopt_frozen_base_of_resumed_run(args) -> None:
-    """Set --adapter-frozen-base when fairseq-train is about to resume a checkpoint (--restore-file, else
-    checkpoint_last.pt of --save-dir) whose saved config froze the base. fairseq builds the model before it
-    loads the checkpoint and builds the optimizer after, so the resumed optimizer again holds only the adapters
-    (unfrozen, its saved state has fewer parameters than the optimizer and torch refuses to load it)."""
-    restore = resumed_checkpoint(args)
-    if not os.path.isfile(restore):
+def keep_frozen_base_of_resumed_run(args, frozen_by: str) -> None:
+    """On fairseq-train's resume of the run's own checkpoint, without --reset-optimizer, freeze the base as the
+    checkpoint did: fairseq builds the model before it loads the checkpoint and the optimizer after, and the
+    optimizer's saved state holds the parameters that were trained. A frozen run resumed without the flag stays
+    frozen (with a log line); freezing a run that trained every parameter is refused in one line. With
+    --reset-optimizer (a new optimizer) or another checkpoint to start from, the flags decide."""
+    saved = resumed_model_config(args)
+    if saved is None or run_option(args, "reset_optimizer", "checkpoint", False):
         return
-    saved = config_value((checkpoint_header(restore) or {}).get("cfg"), "model")
-    if config_value(saved, "adapter_frozen_base", False):
+    path, was = resumed_checkpoint(args), bool(config_value(saved, "adapter_frozen_base", False))
+    if was and not getattr(args, "adapter_frozen_base", False):
         _set(args, "adapter_frozen_base", True)
         logger.info("adapters: %s was trained with a frozen base (--adapter-frozen-base); the resumed run keeps it "
-                    "frozen", restore)
+                    "frozen", path)
+    elif getattr(args, "adapter_frozen_base", False) and not was:
+        raise ValueError(f"{path} was trained with every parameter (no --adapter-frozen-base), this run freezes the "
+                         f"base ({frozen_by}), and the optimizer state it resumes holds every parameter: resume "
+                         f"without {frozen_by}, or add --reset-optimizer to freeze the base from here with a new "
+                         "optimizer")
 
 
 def is_adapter_parameter(name: str) -> bool:

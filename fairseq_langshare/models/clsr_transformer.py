@@ -42,7 +42,7 @@ from ..modules.schedules import HORIZONS, set_given_options
 from ..option_ranges import Range
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
 from .langshare_transformer import small_preset, tiny_preset
-from ..run_options import resumed_checkpoint, run_option
+from ..run_options import in_fairseq_training, resumed_checkpoint, run_option
 
 VARIANTS = ChoiceEnum(["clsr", "gate", "shared", "language", "top-bottom", "dedicated", "ls-encoder-output"])
 SIDES = ChoiceEnum(["src", "tgt"])
@@ -80,7 +80,7 @@ def _resumes_a_horizon(args) -> bool:
     """Whether fairseq-train resumes a checkpoint (--restore-file, else checkpoint_last.pt of --save-dir) whose
     saved schedule horizons all have a length: loading it sets the noise ramp (``modules/schedules.py``)."""
     restore = resumed_checkpoint(args)
-    if not os.path.isfile(restore):
+    if not in_fairseq_training() or not os.path.isfile(restore):
         return False
     weights = (checkpoint_header(restore) or {}).get("model") or {}
     horizons = [v for k, v in weights.items() if k.endswith(HORIZONS)]
@@ -312,7 +312,7 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         if any(u.noise_ramp_updates <= 0 for u in noisy) and not _resumes_a_horizon(args):
             # else the first forward stops (ClsrUnit.noise_scale), after fairseq has set up the run
             raise ValueError(f"--clsr-variant {variant} ramps its gate noise alpha(t) over the run, but this run has "
-                             "no --max-update (0: unlimited) to ramp over: pass --max-update N (or "
+                             "no --max-update to ramp over: pass --max-update N (or "
                              "--clsr-noise-ramp-updates N)")
 
     @classmethod

@@ -46,7 +46,7 @@ from .interactive_input import (check_input_file, decodable, input_option, toler
                                 warn_too_long)
 from .language_tagged_dataset import LanguageTaggedDataset, attach_lang_ids
 from ..resumed_flags import check_resumed_flags
-from ..run_options import resumed_checkpoint, resumes_own_checkpoint, run_option
+from ..run_options import resumed_checkpoint, resumed_model_config, resumes_own_checkpoint, run_option
 
 logger = logging.getLogger(__name__)
 
@@ -245,13 +245,11 @@ def _arch(cfg) -> str:
 
 
 def refuse_changed_flags(cfg, model, arch) -> None:
-    """Before a run's own checkpoint_last.pt is loaded (not --restore-file of another file: fine-tuning), refuse
+    """Before fairseq-train loads the run's own checkpoint_last.pt (not another file: fine-tuning), refuse
     flags that change what its weights mean (``resumed_flags``)."""
-    if not resumes_own_checkpoint(cfg):
-        return
-    path = resumed_checkpoint(cfg)
-    if os.path.isfile(path):
-        check_resumed_flags(path, ((checkpoint_header(path) or {}).get("cfg") or {}).get("model"), cfg, model, arch)
+    saved = resumed_model_config(cfg)
+    if saved is not None:
+        check_resumed_flags(resumed_checkpoint(cfg), saved, cfg, model, arch)
 
 
 def _batches_per_update(processes: int, update_freq) -> Tuple[int, str]:
@@ -363,10 +361,10 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         if not from_checkpoint:  # a run starts (not a decoding)
             check_half_precision_device(cfg)
             check_training_is_distributed()
+            self._training_model, self._arch = model, _arch(cfg)
+            refuse_changed_flags(cfg, model, self._arch)  # first: a changed --arch explains the rest
             if hasattr(model, "check_training_run"):
                 model.check_training_run(cfg)
-            self._training_model, self._arch = model, _arch(cfg)
-            refuse_changed_flags(cfg, model, self._arch)
         return model
 
     def build_criterion(self, cfg, *args, **kwargs):
