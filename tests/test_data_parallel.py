@@ -362,7 +362,7 @@ IDLE_FLAGS = {"multistack": ["--arch", "langshare_multistack_transformer_tiny", 
 
 def build_for_idle_test(corpus, method, extra=()):
     """Task, model in training mode at update 1 (latent depth commits at its next training forward), args."""
-    flags = IDLE_FLAGS[method]
+    flags = IDLE_FLAGS[method] + ["--criterion", "langshare_label_smoothed_cross_entropy"]  # latent depth's KL
     task, model, args = build_task_and_model(corpus, arch=flags[1], extra=flags[2:] + list(extra))
     model.train()
     model.set_num_updates(1)

@@ -127,7 +127,8 @@ def test_an_interrupted_or_failed_analysis_runs_again(tmp_path, monkeypatch):
     monkeypatch.setattr(clsr_gates, "gate_statistics", gates(ValueError("no CLSR units")))
     with pytest.raises(ValueError, match="failed with exit code 2"):
         train_runner.execute(run, data, str(tmp_path / "runs"))
-    stats = {"budget": 0.3, "open_rate": 0.5, "sublayers": ["enc1.ffn"], "mean_gate": {"enc1.ffn": 0.5}}
+    stats = {"budget": 0.3, "variant": "clsr", "fixed_gates": False, "open_rate": 0.5, "sublayers": ["enc1.ffn"],
+             "mean_gate": {"enc1.ffn": 0.5}}
     monkeypatch.setattr(clsr_gates, "gate_statistics", gates(stats))
     train_runner.execute(run, data, str(tmp_path / "runs"))
     assert len(calls) == 3
