@@ -274,6 +274,25 @@ def test_analyze_cli_plots_and_prints_the_selected_flag(corpus, tmp_path, capsys
         analysis.lsl_weights.analyze([save_checkpoint(plain, plain_args, tmp_path / "plain.pt")], tmp_path / "o2")
 
 
+def test_two_checkpoints_of_one_seed_are_refused_in_one_line(corpus, tmp_path):
+    """Was: a run's checkpoint_best.pt and checkpoint_last.pt averaged as two seeds' runs (Figure 3's band)."""
+    _, model, args = build(corpus, "--lsl-search", pairs=["en-xx", "en-yy"])
+    paths = []
+    for seed, scale in ((1, 1.0), (1, 1.5), (2, 2.0)):
+        with torch.no_grad():
+            for layer in model.encoder.layers:
+                layer.mix_logits.copy_(torch.tensor([0.0, 1.0, 2.0]) * scale)
+        path = save_checkpoint(model, args, tmp_path / f"run{len(paths)}.pt")
+        state = torch.load(path, weights_only=True)
+        state["cfg"]["common"] = {"seed": seed}
+        torch.save(state, path)
+        paths.append(path)
+    with pytest.raises(ValueError, match=r"run0.pt and .*run1.pt were trained with the same --seed 1 \(two checkpoints "
+                                         r"of one run"):
+        analysis.lsl_weights.analyze(paths[:2], tmp_path / "o1")
+    assert analysis.lsl_weights.analyze([paths[0], paths[2]], tmp_path / "o2", verbose=False)
+
+
 def test_the_same_checkpoint_twice_is_refused_in_one_line(corpus, tmp_path, capsys):
     """Was: averaged as two seeds' runs, drawn as Figure 3's band between runs (of zero width)."""
     import shutil

@@ -18,6 +18,7 @@ import torch
 from ..modules.language_specific_layer import MIX_KINDS, format_layer_spec
 from ..atomic_files import save_figure_atomic, write_json_atomic
 from ..checkpoint_safety import require_checkpoint
+from ..saved_config import config_value
 from .figures import new_figure
 
 __all__ = ["read_mixing_weights", "mixing_weights_from_state_dict", "select_architecture",
@@ -104,9 +105,15 @@ def _same_weights(a, b) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) if torch.is_tensor(a[k]) else a[k] == b[k] for k in a)
 
 
+def _seed(state):
+    """The --seed a checkpoint was trained with (None where its config does not say)."""
+    return config_value(config_value(state.get("cfg"), "common"), "seed")
+
+
 def refuse_repeated_runs(checkpoints: Sequence, states: Sequence) -> None:
     """One run given twice would be averaged as two seeds' runs (and make Figure 3's band): a one-line
-    ValueError for the same path, the same file under another path, or a copy (the same weights)."""
+    ValueError for the same path, the same file under another path, a copy (the same weights), or two
+    checkpoints trained with the same --seed."""
     for j in range(len(checkpoints)):
         for i in range(j):
             first, second = checkpoints[i], checkpoints[j]
@@ -116,6 +123,9 @@ def refuse_repeated_runs(checkpoints: Sequence, states: Sequence) -> None:
                 why = f"{first} and {second} are the same file"
             elif _same_weights(states[i]["model"], states[j]["model"]):
                 why = f"{first} and {second} hold the same weights (copies of one checkpoint)"
+            elif _seed(states[i]) is not None and _seed(states[i]) == _seed(states[j]):
+                why = (f"{first} and {second} were trained with the same --seed {_seed(states[i])} (two checkpoints "
+                       "of one run, such as its checkpoint_best.pt and checkpoint_last.pt)")
             else:
                 continue
             raise ValueError(f"{why}: the checkpoints are averaged as runs with different seeds and Figure 3's band "
