@@ -23,7 +23,8 @@ from . import head_to_head_record, head_to_head_report
 from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
 from .head_to_head_runs import (DEFAULT_CORPORA, DEFAULT_UPDATES, EVALUATE_FLAGS, EVALUATE_SECONDS, FLOPS_TOLERANCE,
                                 TRAIN_FLAGS, UPDATES_PER_SECOND, Run, _standin_data, equal_cost_problems, execute,
-                                import_run, inference_cost, percent_text, plan, profile, ratio_text, train_argv)
+                                import_run, inference_cost, other_training, percent_text, plan, profile, ratio_text,
+                                train_argv)
 from ..option_ranges import Range
 
 
@@ -96,12 +97,15 @@ def print_plan(runs: List[Run], jobs: int, stream=None):
 
 
 def check_record(record_dir: str, runs: List[Run]) -> None:
-    """Refuse, before any training, to add runs to a record of other settings (another head-to-head)."""
+    """Refuse, before any training, to add runs to a record of other settings (another head-to-head),
+    made on another corpus (another dictionary or other test references than the planned corpus's,
+    wherever either corpus lies), or to replace a recorded seed with another training of it."""
     if not os.path.isdir(record_dir):
         return
     mine = {"updates": runs[0].updates, "train_flags": list(TRAIN_FLAGS) + list(runs[0].train_flags),
             "evaluate_flags": list(EVALUATE_FLAGS)}
-    for direction, recorded in head_to_head_record.read(record_dir).items():
+    records = head_to_head_record.read(record_dir)
+    for direction, recorded in records.items():
         for model, seeds in recorded.items():
             for seed, record in seeds.items():
                 differ = [k for k in mine if record[k] != mine[k]]
@@ -109,6 +113,33 @@ def check_record(record_dir: str, runs: List[Run]) -> None:
                     raise ValueError(f"the record in {record_dir} holds {direction}/{model}/seed{seed}, run with other "
                                      f"{', '.join(differ)} than this plan: a record holds one head-to-head; pass "
                                      f"another --record-dir")
+    for direction in dict.fromkeys(r.direction for r in runs):
+        corpus = next(r.corpus for r in runs if r.direction == direction)
+        if direction not in records or not corpus.exists:
+            continue
+        held = [(f"{direction}/{model}/seed{seed}", record) for model, seeds in records[direction].items()
+                for seed, record in seeds.items()]
+        other = []
+        dict_sha = corpus.dict_sha256
+        name, record = next(((n, r) for n, r in held if r["corpus"].get("dict_sha256") not in (None, dict_sha)),
+                            held[0])
+        if record["corpus"].get("dict_sha256") not in (None, dict_sha):
+            other.append("dictionary (bin/dict.txt)")
+        refs_path = head_to_head_record.references_path(record_dir, direction)
+        if os.path.isfile(refs_path):
+            recorded_refs = head_to_head_record.load(refs_path)
+            test = corpus.test_references()
+            pairs = [p for p in recorded_refs if p in test and recorded_refs[p]["sha256"] != test[p]]
+            if pairs:
+                other.append(f"test references of {', '.join(pairs)}")
+        if other:
+            raise ValueError(f"--corpus {direction}={corpus.path}: the record in {record_dir} holds {name}, made on the "
+                             f"corpus {record['corpus']['path']} (another {' and '.join(other)}): pass another "
+                             f"--record-dir, or the corpus the record was made on")
+    for run in runs:
+        problem = other_training(record_dir, run)
+        if problem:
+            raise ValueError(problem)
 
 
 def report_outputs(record_dir: str) -> Dict[str, str]:
@@ -159,6 +190,7 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
             if not corpus.exists:
                 print(f"== preparing the {d} corpus in {corpus.path}", file=stream, flush=True)
                 corpus.prepare()
+                check_record(record_dir, runs)  # the corpus built: is it the record's?
         for model, seed, path in imports:
             run = import_run(runs, model, int(seed), path)
             print(f"== imported {path} as {run.name}", file=stream)

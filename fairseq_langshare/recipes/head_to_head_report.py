@@ -68,6 +68,21 @@ def _check_settings(records) -> Dict:
                     differ = ", ".join(k for k in SETTINGS if mine[k] != settings[k])
                     raise ValueError(f"the record's runs {first} and {name} differ in {differ}: a record holds one "
                                      f"head-to-head; record the other one in another --record-dir")
+    for direction, models in records.items():  # one corpus per direction: its dictionary and test references
+        runs = [(f"{direction}/{model}/seed{seed}", r) for model, seeds in models.items() for seed, r in seeds.items()]
+        for what, identity in (("were trained on other dictionaries", lambda r: r["corpus"].get("dict_sha256")),
+                               ("were scored against other test references", lambda r: {
+                                   p: ref.get("sha256") for p, ref in (r["results"].get("references") or {}).items()})):
+            known = [(name, identity(r), r["corpus"]["path"]) for name, r in runs if identity(r)]
+            for name, value, path in known[1:]:
+                first_name, first_value, first_path = known[0]
+                if isinstance(value, dict):  # the pairs both runs were scored on
+                    value = {p: v for p, v in value.items() if p in first_value}
+                    first_value = {p: first_value[p] for p in value}
+                if value != first_value:
+                    raise ValueError(f"the record's runs {first_name} and {name} {what} (corpora {first_path} and "
+                                     f"{path}): a record holds one head-to-head on one corpus per direction; record "
+                                     f"the other one in another --record-dir")
     for direction, models in records.items():
         for model, seeds in models.items():
             flags = {tuple(r["model_flags"]) for r in seeds.values()}

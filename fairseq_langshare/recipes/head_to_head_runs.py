@@ -10,11 +10,13 @@ when older than the checkpoint or without hypotheses). Each process runs on one 
 
 import argparse
 import dataclasses
+import gzip
 import json
 import os
 import subprocess
 import sys
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -104,6 +106,30 @@ class Corpus:
             raise ValueError(f"--corpus {self.direction}={self.path}: its trained directions ({self.lang_pairs}) "
                              f"are {DIRECTION_NAMES[actual]}, not {DIRECTION_NAMES[self.direction]}: pass it as "
                              f"--corpus {actual}={self.path} with --directions {actual}")
+
+    @property
+    def dict_sha256(self) -> Optional[str]:
+        """The sha256 of the corpus's dictionary (bin/dict.txt; None when it has none): what its runs'
+        token ids mean. A corpus moved elsewhere keeps it; one rebuilt with another vocabulary does not."""
+        from ..data.corpus_build import sha256
+
+        path = os.path.join(self.path, "bin", "dict.txt")
+        return sha256(path) if os.path.isfile(path) else None
+
+    def test_references(self) -> Dict[str, str]:
+        """{pair: sha256} of the test references ``langshare evaluate`` scores each pair against
+        (raw/test.SRC-TGT.TGT, or raw/test.TGT-SRC.TGT), for the pairs that have them."""
+        from ..data.corpus_build import sha256
+
+        out = {}
+        for pair in self.lang_pairs.split(",") + self.zero_shot_pairs:
+            src, tgt = pair.split("-")
+            for a, b in ((src, tgt), (tgt, src)):
+                path = os.path.join(self.path, "raw", f"test.{a}-{b}.{tgt}")
+                if os.path.isfile(path):
+                    out[pair] = sha256(path)
+                    break
+        return out
 
     def prepare(self):
         from ..data.gettext_corpus import prepare_gettext
@@ -400,6 +426,34 @@ def execute(runs: List[Run], jobs: int, device: str = "cpu", stream=None, record
     return failures
 
 
+def _train_log(run: Run) -> Optional[str]:
+    path = os.path.join(run.dir, "train.log")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def other_training(record_dir: str, run: Run) -> Optional[str]:
+    """Why ``run`` may not replace the record's seed file of its direction, model and seed (None: no
+    such file, or it records this very training, e.g. evaluated again): a recorded run is the one
+    whose fairseq-train log is recorded beside it, and another training of that seed (another
+    --runs-dir, a run trained again) would replace it."""
+    path = head_to_head_record.run_path(record_dir, run.direction, run.model.name, run.seed)
+    if not os.path.isfile(path):
+        return None
+    logged = head_to_head_record.log_path(record_dir, run.direction, run.model.name, run.seed)
+    if os.path.isfile(logged):
+        try:
+            with gzip.open(logged, "rt", encoding="utf-8", errors="replace") as f:
+                if f.read() == _train_log(run):
+                    return None
+        except (OSError, EOFError, zlib.error):
+            pass
+    return (f"{path} holds another training of {run.name} than the one in {run.dir}: a recorded run is never "
+            f"replaced; pass another --record-dir (or delete {path} to record this one instead)")
+
+
 def record_run(record_dir: str, run: Run, seconds: Dict[str, float]) -> str:
     """The record of one evaluated run (``head_to_head_record``'s format); returns its path."""
     from ..evaluation import _read_json
@@ -414,7 +468,8 @@ def record_run(record_dir: str, run: Run, seconds: Dict[str, float]) -> str:
         "model_flags": list(run.model.argv(run.direction)), "reason": run.model.reason_for(run.direction),
         "extra_compute": run.model.extra_compute or None,
         "train_flags": list(TRAIN_FLAGS) + list(run.train_flags), "evaluate_flags": list(EVALUATE_FLAGS),
-        "corpus": {"path": run.corpus.path, "langs": run.corpus.langs, "lang_pairs": run.corpus.lang_pairs},
+        "corpus": {"path": run.corpus.path, "langs": run.corpus.langs, "lang_pairs": run.corpus.lang_pairs,
+                   "dict_sha256": run.corpus.dict_sha256},
         "profile": profile(run, checkpoint=run.checkpoint),
         "validation": head_to_head_record.last_validation(os.path.join(run.dir, "train.log")),
         "wall_seconds": {k: round(v, 1) for k, v in seconds.items()},  # training: fairseq's, where logged
@@ -422,6 +477,9 @@ def record_run(record_dir: str, run: Run, seconds: Dict[str, float]) -> str:
         "results": results,
     }
     path = head_to_head_record.run_path(record_dir, run.direction, run.model.name, run.seed)
+    other = other_training(record_dir, run)
+    if other:
+        raise ValueError(other)
     train_log = os.path.join(run.dir, "train.log")
     if os.path.isfile(train_log):  # where the report reads the training time from
         with open(train_log, encoding="utf-8", errors="replace") as f:

@@ -1,0 +1,152 @@
+"""`langshare head-to-head` refuses, in one line and before anything trains, input that would
+record or report runs it should not: a record made on another corpus, a seed file of another run,
+repeated --seeds/--models/--directions, a --corpus that is not a prepared corpus, a report file of
+another record, a corpus without validation data.
+
+The runs here are fakes (fairseq-train and langshare evaluate stand-ins, a fabricated profile):
+what is checked is what the head-to-head reads and writes around them."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from fairseq_langshare import cli
+from fairseq_langshare.evaluation import reference_identity
+from fairseq_langshare.recipes import head_to_head, head_to_head_record, head_to_head_report, head_to_head_runs
+
+PAIRS = ("en-xx", "en-yy")
+
+
+def fake_corpus(path, words=("a", "b", "c"), refs=None, valid=True):
+    """A prepared corpus as the head-to-head reads it: manifest, langs, pairs, dictionary, test references."""
+    os.makedirs(os.path.join(path, "bin"))
+    os.makedirs(os.path.join(path, "raw"))
+    with open(os.path.join(path, "manifest.json"), "w") as f:
+        json.dump({"counts": {"valid": {p: 30 if valid else 0 for p in PAIRS}}}, f)
+    with open(os.path.join(path, "langs.txt"), "w") as f:
+        f.write("en\nxx\nyy\n")
+    with open(os.path.join(path, "lang_pairs.txt"), "w") as f:
+        f.write(",".join(PAIRS) + "\n")
+    with open(os.path.join(path, "bin", "dict.txt"), "w") as f:
+        f.write("".join(f"{w} 1\n" for w in words))
+    for p in PAIRS:
+        tgt = p.split("-")[1]
+        with open(os.path.join(path, "raw", f"test.{p}.{tgt}"), "w") as f:
+            f.write("".join(f"{line}\n" for line in (refs or [f"{tgt} sentence {i}" for i in range(5)])))
+        if valid:
+            open(os.path.join(path, "bin", f"valid.{p}.en.idx"), "w").close()
+    return str(path)
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """fairseq-train and langshare evaluate finish at once (evaluate scores the references themselves);
+    the plan is not printed (it builds the models) and the recorded profile is fabricated. Returns the
+    fairseq-train calls."""
+    trained = []
+
+    def call(argv, log):
+        run_dir = os.path.dirname(log)
+        if argv[2] == "fairseq_cli.train":
+            trained.append(run_dir)
+            with open(log, "a") as f:
+                f.write(f"{run_dir} {len(trained)}\ndone training\n")
+            open(os.path.join(run_dir, "checkpoint_last.pt"), "w").close()
+        else:
+            corpus = argv[argv.index("evaluate") + 2]
+            refs = {p: reference_identity(os.path.join(corpus, "raw", f"test.{p}.{p.split('-')[1]}")) for p in PAIRS}
+            hyps = {p: open(refs[p]["path"]).read().splitlines() for p in PAIRS}
+            with open(argv[argv.index("--out-json") + 1], "w") as f:
+                json.dump({"directions": {p: {"bleu": 100.0, "chrf": 100.0} for p in PAIRS}, "hypotheses": hyps,
+                           "references": refs}, f)
+        return 0
+
+    monkeypatch.setattr(head_to_head_runs, "_call", call)
+    monkeypatch.setattr(head_to_head_runs, "profile", lambda run, checkpoint=None, corpus=None: {"parameters": {}})
+    monkeypatch.setattr(head_to_head, "print_plan", lambda runs, jobs, stream=None: ([], {}))
+    monkeypatch.setattr(head_to_head_report, "report", lambda *a, **k: {})
+    return trained
+
+
+def h2h(*args):
+    return cli.main(["head-to-head", "--directions", "o2m", "--models", "baseline", "--updates", "10", "--jobs", "1",
+                     *args])
+
+
+def one_line_error(capsys):
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_a_record_made_on_another_corpus_is_refused_before_training(tmp_path, fake_runs, capsys, monkeypatch):
+    """Was: the runs of another corpus (here: the same test references, another dictionary) trained and
+    replaced the record's seed file, and the report compared runs of two corpora."""
+    monkeypatch.chdir(tmp_path)
+    fake_corpus("corpus_a")
+    fake_corpus("corpus_b", words=("a", "b", "d"))  # another vocabulary on the same text
+    fake_corpus("corpus_c", refs=["other", "references"])
+    assert h2h("--corpus", "o2m=corpus_a", "--runs-dir", "runs_a", "--record-dir", "rec", "--seeds", "1") in (0, None)
+    seed1 = "rec/o2m/baseline/seed1.json.gz"
+    before = open(seed1, "rb").read()
+    assert len(fake_runs) == 1
+    for other in ("corpus_b", "corpus_c"):
+        code = h2h("--corpus", f"o2m={other}", "--runs-dir", "runs_b", "--record-dir", "rec", "--seeds", "1,2")
+        err = one_line_error(capsys)
+        assert code != 0 and "made on the corpus corpus_a" in err and other in err, err
+        assert "pass another --record-dir, or the corpus the record was made on" in err, err
+        assert len(fake_runs) == 1 and open(seed1, "rb").read() == before
+    # the same corpus moved elsewhere is the same corpus
+    shutil.copytree("corpus_a", "moved_a")
+    assert h2h("--corpus", "o2m=moved_a", "--runs-dir", "runs_a2", "--record-dir", "rec", "--seeds", "2") in (0, None)
+    assert os.path.isfile("rec/o2m/baseline/seed2.json.gz") and open(seed1, "rb").read() == before
+
+
+def test_a_recorded_seed_of_another_run_is_not_replaced(tmp_path, fake_runs, capsys, monkeypatch):
+    """Was: another runs dir's run of the same seed trained and replaced the recorded seed file. A run
+    re-evaluated (the same training) replaces its own record."""
+    monkeypatch.chdir(tmp_path)
+    fake_corpus("corpus_a")
+    assert h2h("--corpus", "o2m=corpus_a", "--runs-dir", "runs_a", "--record-dir", "rec", "--seeds", "1") in (0, None)
+    seed1 = "rec/o2m/baseline/seed1.json.gz"
+    before = open(seed1, "rb").read()
+    code = h2h("--corpus", "o2m=corpus_a", "--runs-dir", "runs_b", "--record-dir", "rec", "--seeds", "1")
+    err = one_line_error(capsys)
+    assert code != 0 and "o2m/baseline/seed1" in err and "runs_b" in err and "another --record-dir" in err, err
+    assert len(fake_runs) == 1 and open(seed1, "rb").read() == before
+    # and record_run itself never replaces another run's record
+    run = head_to_head_runs.plan(["baseline"], ["o2m"], [1], "runs_c", {"o2m": "corpus_a"}, 10)[0]
+    head_to_head_runs.train(run)
+    head_to_head_runs.evaluate(run)
+    with pytest.raises(ValueError, match="seed1.json.gz holds another training of o2m/baseline/seed1"):
+        head_to_head_runs.record_run("rec", run, {})
+    assert open(seed1, "rb").read() == before
+    # the recorded run evaluated again replaces its own record
+    os.utime("runs_a/o2m/baseline/seed1/test.json", (0, 0))
+    assert h2h("--corpus", "o2m=corpus_a", "--runs-dir", "runs_a", "--record-dir", "rec", "--seeds", "1") in (0, None)
+    assert len(fake_runs) == 2  # not trained again (runs_c's is the second training)
+    assert os.path.getmtime("runs_a/o2m/baseline/seed1/test.json") > 0 and os.path.isfile(seed1)
+
+
+def test_report_only_refuses_a_record_of_two_corpora(tmp_path):
+    from test_head_to_head_report import PAIRS as REPORT_PAIRS, make_record, write_run
+    from synthetic_translations import sentences
+
+    make_record(tmp_path / "record", models=("baseline", "lsl"), seeds=(1,))
+    other = {p: sentences(40, 7 + i) for i, p in enumerate(REPORT_PAIRS["o2m"])}
+    write_run(tmp_path / "record", "o2m", "lsl", 1, other)
+    with pytest.raises(ValueError, match=r"^the record's runs o2m/baseline/seed1 and o2m/lsl/seed1 were scored "
+                                         r"against other test references .*another --record-dir"):
+        head_to_head_report.build(str(tmp_path / "record"), 20, open(os.devnull, "w"))
+    # another dictionary (records that name theirs)
+    make_record(tmp_path / "dicts", models=("baseline", "lsl"), seeds=(1,))
+    for name, sha in (("baseline", "1" * 64), ("lsl", "2" * 64)):
+        path = head_to_head_record.run_path(str(tmp_path / "dicts"), "o2m", name, 1)
+        record = head_to_head_record.load(path)
+        record["corpus"]["dict_sha256"] = sha
+        head_to_head_record.dump(path, record)
+    with pytest.raises(ValueError, match=r"^the record's runs o2m/baseline/seed1 and o2m/lsl/seed1 were trained on "
+                                         r"other dictionaries"):
+        head_to_head_report.build(str(tmp_path / "dicts"), 20, open(os.devnull, "w"))
