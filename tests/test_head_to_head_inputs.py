@@ -150,3 +150,17 @@ def test_report_only_refuses_a_record_of_two_corpora(tmp_path):
     with pytest.raises(ValueError, match=r"^the record's runs o2m/baseline/seed1 and o2m/lsl/seed1 were trained on "
                                          r"other dictionaries"):
         head_to_head_report.build(str(tmp_path / "dicts"), 20, open(os.devnull, "w"))
+
+
+@pytest.mark.parametrize("flag, value, repeated", [("--seeds", "1,2,1", "1"), ("--models", "baseline,lsl,lsl", "lsl"),
+                                                    ("--directions", "o2m,o2m", "o2m")])
+def test_a_value_given_twice_is_refused(tmp_path, fake_runs, capsys, monkeypatch, flag, value, repeated):
+    """Was: `--seeds 1,1` (or a model, a direction twice) trained the same run directory twice at once."""
+    monkeypatch.chdir(tmp_path)
+    fake_corpus("corpus_a")
+    args = {"--seeds": "1", "--models": "baseline", "--directions": "o2m", flag: value}
+    code = cli.main(["head-to-head", "--corpus", "o2m=corpus_a", "--updates", "10", "--runs-dir", "runs",
+                     *[x for k, v in args.items() for x in (k, v)]])
+    err = one_line_error(capsys)
+    assert code != 0 and f"{flag} {value}: {repeated} is given twice" in err, err
+    assert fake_runs == [] and not os.path.exists("runs")

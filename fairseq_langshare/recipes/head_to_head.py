@@ -182,6 +182,8 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
     if report_only:
         return head_to_head_report.report(record_dir, stream=stream, n_samples=n_samples, **outputs)
     corpora = {**DEFAULT_CORPORA, **(corpora or {})}
+    for flag, values in (("--seeds", seeds), ("--models", models or []), ("--directions", directions)):
+        refuse_repeats(flag, values)
     runs = plan(models or [m.name for m in MODELS], directions, seeds, runs_dir, corpora, updates, train_flags)
     check_record(record_dir, runs)
     if not dry_run:
@@ -274,7 +276,18 @@ def run_analyses(runs: List[Run], stream=None) -> List[Run]:
 
 
 # ----------------------------------------------------------------------------- CLI
+def refuse_repeats(flag: str, values) -> None:
+    """A value given twice in one list would plan the same runs twice, trained in one directory at once."""
+    values = [str(v) for v in values]
+    repeated = [v for i, v in enumerate(values) if v in values[:i]]
+    if repeated:
+        raise ValueError(f"{flag} {','.join(values)}: {repeated[0]} is given twice; give each value once")
+
+
 def _run(args):
+    for flag, values in (("--seeds", args.seeds), ("--models", (args.models or "").split(",") if args.models else []),
+                         ("--directions", args.directions.split(","))):
+        refuse_repeats(flag, values)
     corpora = {}
     for item in args.corpus or []:
         direction, _, path = item.partition("=")
