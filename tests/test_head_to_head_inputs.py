@@ -164,3 +164,21 @@ def test_a_value_given_twice_is_refused(tmp_path, fake_runs, capsys, monkeypatch
     err = one_line_error(capsys)
     assert code != 0 and f"{flag} {value}: {repeated} is given twice" in err, err
     assert fake_runs == [] and not os.path.exists("runs")
+
+
+def test_a_given_corpus_that_is_not_prepared_is_refused(tmp_path, fake_runs, capsys, monkeypatch):
+    """Was: a mistyped --corpus o2m=corpsu_o2m built the 8-language gettext demo corpus there and ran on it.
+    Only the default corpora are built when missing."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(head_to_head_runs.Corpus, "prepare", lambda self: pytest.fail("built a corpus"))
+    os.makedirs("tsv_o2m")
+    open("tsv_o2m/en-xx.tsv", "w").write("a\tb\n")
+    for given, advice in (("corpsu_o2m", "run `langshare prepare-data --out corpsu_o2m ...` first"),
+                          ("tsv_o2m", "it holds no corpus built by langshare; build one from its parallel text with "
+                                      "`langshare prepare-data --out CORPUS tsv_o2m` and pass --corpus o2m=CORPUS")):
+        for dry in ([], ["--dry-run"]):
+            code = h2h("--corpus", f"o2m={given}", "--runs-dir", "runs", "--seeds", "1", *dry)
+            err = one_line_error(capsys)
+            assert code != 0 and f"--corpus o2m={given}: not a prepared corpus (no manifest.json)" in err, err
+            assert advice in err, err
+    assert fake_runs == [] and not os.path.exists("corpsu_o2m") and not os.path.exists("runs")

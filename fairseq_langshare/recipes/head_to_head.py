@@ -181,6 +181,8 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
                          f"{significance.DEFAULT_SAMPLES})")
     if report_only:
         return head_to_head_report.report(record_dir, stream=stream, n_samples=n_samples, **outputs)
+    for direction, path in (corpora or {}).items():
+        refuse_unprepared(direction, path, directions)
     corpora = {**DEFAULT_CORPORA, **(corpora or {})}
     for flag, values in (("--seeds", seeds), ("--models", models or []), ("--directions", directions)):
         refuse_repeats(flag, values)
@@ -282,6 +284,19 @@ def refuse_repeats(flag: str, values) -> None:
     repeated = [v for i, v in enumerate(values) if v in values[:i]]
     if repeated:
         raise ValueError(f"{flag} {','.join(values)}: {repeated[0]} is given twice; give each value once")
+
+
+def refuse_unprepared(direction: str, path: str, directions) -> None:
+    """A --corpus DIR given for a planned direction must be a prepared corpus: only the default
+    corpora are built when missing (a mistyped DIR would get the gettext demo corpus)."""
+    if direction not in directions or os.path.isfile(os.path.join(path, "manifest.json")):
+        return
+    what = f"--corpus {direction}={path}: not a prepared corpus (no manifest.json): "
+    if os.path.isdir(path) and os.listdir(path):
+        raise ValueError(what + f"it holds no corpus built by langshare; build one from its parallel text with "
+                                f"`langshare prepare-data --out CORPUS {path}` and pass --corpus {direction}=CORPUS")
+    raise ValueError(what + f"run `langshare prepare-data --out {path} ...` first (or omit --corpus {direction}= "
+                            f"for the default corpus, built when missing)")
 
 
 def _run(args):
