@@ -182,3 +182,23 @@ def test_a_given_corpus_that_is_not_prepared_is_refused(tmp_path, fake_runs, cap
             assert code != 0 and f"--corpus o2m={given}: not a prepared corpus (no manifest.json)" in err, err
             assert advice in err, err
     assert fake_runs == [] and not os.path.exists("corpsu_o2m") and not os.path.exists("runs")
+
+
+def test_the_report_of_another_record_is_not_replaced(tmp_path, monkeypatch):
+    """Was: --out-json FILE holding another record's head-to-head report was replaced (any head-to-head JSON passed)."""
+    from test_head_to_head_report import make_record
+
+    monkeypatch.chdir(tmp_path)
+    for record in ("rec_a", "rec_b"):
+        make_record(record, models=("baseline", "lsl"), seeds=(1,))
+    paths = {"out_json": "report.json", "out_md": "", "figure": "", "readme": ""}
+    head_to_head.head_to_head(report_only=True, record_dir="rec_a", n_samples=10, stream=open(os.devnull, "w"),
+                              **paths)
+    before = open("report.json", "rb").read()
+    with pytest.raises(ValueError, match=r"^--out-json report.json holds the report of the record rec_a, not of "
+                                         r"this one \(rec_b\), which head-to-head would replace; write to another "
+                                         r"path or move it away$"):
+        head_to_head.head_to_head(report_only=True, record_dir="rec_b", n_samples=10, **paths)
+    assert open("report.json", "rb").read() == before
+    head_to_head.head_to_head(report_only=True, record_dir="./rec_a/", n_samples=10, stream=open(os.devnull, "w"),
+                              **paths)  # its own record's report is replaced

@@ -174,7 +174,7 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
                for (k, v), default in zip(given.items(), report_outputs(record_dir).values())}
     if not outputs["out_json"]:
         raise ValueError("--out-json '': the report needs its results JSON; pass a file name")
-    head_to_head_report.check_outputs(**outputs)  # not after hours of training
+    head_to_head_report.check_outputs(**outputs, record_dir=record_dir)  # not after hours of training
     n_samples = significance.DEFAULT_SAMPLES if n_samples is None else n_samples
     if n_samples < 1:
         raise ValueError(f"--bootstrap-samples {n_samples}: pass at least 1 (the default is "

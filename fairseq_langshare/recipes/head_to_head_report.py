@@ -458,9 +458,32 @@ def _with_section(path: str, start: str, end: str, section: str) -> str:
     return replace_section(text, start, end, section)
 
 
-def check_outputs(out_json: str, out_md: Optional[str], figure: Optional[str], readme: Optional[str] = None) -> None:
-    """Refuse, before any training, a report path that cannot be written or is another of them."""
-    check_writable(out_json, "--out-json", command="head-to-head", held=held_unless(HEAD_TO_HEAD_JSON, "head-to-head"))
+def _json_held(record_dir: Optional[str]):
+    """For ``check_writable(held=...)``: None for a results JSON of the report's of ``record_dir`` (any
+    record's when None), else what the file is (another record's report is another record's)."""
+    kind = held_unless(HEAD_TO_HEAD_JSON, "head-to-head")
+
+    def held(path) -> Optional[str]:
+        what = kind(path)
+        if what is not None or record_dir is None:
+            return what
+        try:
+            with open(path, encoding="utf-8") as f:
+                theirs = (json.load(f).get("record") or {}).get("dir")
+        except (OSError, ValueError, AttributeError):
+            return None
+        mine = record_path(record_dir)
+        if theirs and os.path.realpath(theirs) != os.path.realpath(mine):
+            return f"the report of the record {theirs}, not of this one ({mine})"
+        return None
+    return held
+
+
+def check_outputs(out_json: str, out_md: Optional[str], figure: Optional[str], readme: Optional[str] = None,
+                  record_dir: Optional[str] = None) -> None:
+    """Refuse, before any training, a report path that cannot be written or is another of them, or a
+    results JSON of another record than ``record_dir``'s."""
+    check_writable(out_json, "--out-json", command="head-to-head", held=_json_held(record_dir))
     for flag, path, others, held in (("--out-md", out_md, [out_json], None),  # a marked section: the rest is kept
                                      ("--figure", figure, [out_json, out_md], _figure_held),
                                      ("--readme", readme, [out_json, out_md, figure], None)):
@@ -473,7 +496,7 @@ def report(record_dir: str, out_json: str, out_md: Optional[str] = None, figure:
     """Build the results of the record (``build``) and write the JSON, the markdown section, the
     figure and the README standings, all or none."""
     stream = stream or sys.stdout
-    check_outputs(out_json, out_md, figure, readme)
+    check_outputs(out_json, out_md, figure, readme, record_dir)
     data = build(record_dir, n_samples, stream)
     if not data["directions"]:
         print(f"no direction of {record_dir} has a recorded baseline yet: nothing to report", file=stream)
