@@ -202,3 +202,31 @@ def test_the_report_of_another_record_is_not_replaced(tmp_path, monkeypatch):
     assert open("report.json", "rb").read() == before
     head_to_head.head_to_head(report_only=True, record_dir="./rec_a/", n_samples=10, stream=open(os.devnull, "w"),
                               **paths)  # its own record's report is replaced
+
+
+def test_a_corpus_without_validation_data_is_refused_in_the_plan(tmp_path, fake_runs, capsys, monkeypatch):
+    """Was: --dry-run passed, then every run failed with only 'fairseq-train failed (exit 1); see train.log'."""
+    monkeypatch.chdir(tmp_path)
+    fake_corpus("corpus_a", valid=False)
+    for dry in ([], ["--dry-run"]):
+        code = h2h("--corpus", "o2m=corpus_a", "--runs-dir", "runs", "--seeds", "1", *dry)
+        err = one_line_error(capsys)
+        assert code != 0 and "--corpus o2m=corpus_a: no validation data for en-xx, en-yy" in err, err
+        assert "--valid-size" in err, err
+    assert fake_runs == [] and not os.path.exists("runs")
+
+
+def test_failed_runs_are_counted_in_the_last_line(tmp_path, fake_runs, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fake_corpus("corpus_a")
+    monkeypatch.setattr(head_to_head_runs, "_call", lambda argv, log: 1)
+    os.makedirs("runs/record")  # left by an earlier try, nothing recorded in it
+
+    def report(record_dir, **kw):
+        raise ValueError(f"no run recorded in {record_dir} yet: nothing to report")
+
+    monkeypatch.setattr(head_to_head_report, "report", report)
+    code = h2h("--corpus", "o2m=corpus_a", "--runs-dir", "runs", "--seeds", "1,2")
+    out, err = capsys.readouterr()
+    assert code != 0 and err.startswith("langshare head-to-head: 2 of 2 runs failed"), err
+    assert "nothing to report" not in err and len(err.strip().splitlines()) == 1

@@ -620,6 +620,9 @@ def test_a_head_to_head_outside_the_record_leaves_the_records_report_alone(tmp_p
     corpus.mkdir()
     (corpus / "manifest.json").write_text("{}")
     (corpus / "lang_pairs.txt").write_text("en-xx,en-yy\n")
+    (corpus / "bin").mkdir()
+    for pair in ("en-xx", "en-yy"):  # validation data, which fairseq-train needs
+        (corpus / "bin" / f"valid.{pair}.en.idx").write_text("")
 
     def execute(runs, jobs, device="cpu", stream=None, record_dir=None):  # the runs, as recorded
         make_record(record_dir, models=("baseline", "lsl"), seeds=(1,))

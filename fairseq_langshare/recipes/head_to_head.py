@@ -198,19 +198,28 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
         for model, seed, path in imports:
             run = import_run(runs, model, int(seed), path)
             print(f"== imported {path} as {run.name}", file=stream)
+    for d in dict.fromkeys(r.direction for r in runs):
+        refuse_without_validation(next(r.corpus for r in runs if r.direction == d))
     print_plan(runs, jobs, stream)
     if dry_run:
         return runs
+    todo = [r for r in runs if r.status != "done" or not os.path.isfile(head_to_head_record.run_path(
+        record_dir, r.direction, r.model.name, r.seed))]
     failures = execute(runs, jobs, device, stream, record_dir=record_dir)
     if os.path.isdir(record_dir):
-        head_to_head_report.report(record_dir, stream=stream, n_samples=n_samples, **outputs)
+        try:
+            head_to_head_report.report(record_dir, stream=stream, n_samples=n_samples, **outputs)
+        except ValueError as error:
+            if not failures:
+                raise
+            print(f"no report: {error}", file=stream)  # the failures are the news
     if examples:
         print_examples(runs, examples, stream)
     if analyze:
         for run in run_analyses(runs, stream):
             print(f"== analysis of {run.name} in {os.path.join(run.dir, 'analysis')}", file=stream)
     if failures:
-        raise RuntimeError(f"{len(failures)} runs failed: " + "; ".join(failures))
+        raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed: " + "; ".join(failures))
     return runs
 
 
@@ -297,6 +306,20 @@ def refuse_unprepared(direction: str, path: str, directions) -> None:
                                 f"`langshare prepare-data --out CORPUS {path}` and pass --corpus {direction}=CORPUS")
     raise ValueError(what + f"run `langshare prepare-data --out {path} ...` first (or omit --corpus {direction}= "
                             f"for the default corpus, built when missing)")
+
+
+def refuse_without_validation(corpus) -> None:
+    """fairseq-train validates every trained pair: a built corpus without validation data for some
+    would fail every run after the plan, with only fairseq's exit code to show."""
+    if not corpus.exists:
+        return
+    bin_dir = os.path.join(corpus.path, "bin")
+    missing = [p for p in corpus.lang_pairs.split(",")
+               if not any(os.path.isfile(os.path.join(bin_dir, f"valid.{a}-{b}.{p.split('-')[0]}.idx"))
+                          for a, b in (p.split("-"), p.split("-")[::-1]))]
+    if missing:
+        raise ValueError(f"--corpus {corpus.direction}={corpus.path}: no validation data for {', '.join(missing)} "
+                         f"(bin/valid.*), which fairseq-train needs: rebuild the corpus with --valid-size above 0")
 
 
 def _run(args):
