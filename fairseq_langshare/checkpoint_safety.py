@@ -1,11 +1,12 @@
-"""Load fairseq checkpoints under torch >= 2.6 with ``weights_only=True`` kept on.
+"""Load fairseq checkpoints with ``weights_only=True`` kept on.
 
 fairseq 0.12 calls ``torch.load`` without ``weights_only``; since torch 2.6 that means
 weights-only unpickling, which refuses the config objects fairseq stores next to the weights
 ("Unsupported global: GLOBAL argparse.Namespace"). Turning weights-only loading off would run
 arbitrary code from an untrusted file. Instead, importing ``fairseq_langshare`` allow-lists
 exactly the classes that fairseq and fairseq_langshare checkpoints contain, and a checkpoint
-that holds any other global is refused with one line naming it.
+that holds any other global is refused with one line naming it. On torch 2.4 and 2.5, whose default
+is still ``weights_only=False``, fairseq's load of a checkpoint is made weights-only too.
 
 A checkpoint resumed by several ranks is read by rank 0 alone, which hands it to the others with
 fairseq's ``broadcast_object``: pickled in memory and unpickled with ``torch.load``, weights-only too,
@@ -37,6 +38,10 @@ import zipfile
 from typing import Optional
 
 import torch
+
+from .torch_version import release
+
+FORCE_WEIGHTS_ONLY, FORCE_NO_WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 
 __all__ = ["SAFE_GLOBALS", "install", "checkpoint_header", "checkpoint_updates", "CheckpointError",
            "UnsafeCheckpointError", "UnreadableCheckpointError", "require_checkpoint"]
@@ -291,6 +296,22 @@ def _wrap_saving(checkpoint_utils) -> None:
     checkpoint_utils.PathManager = PathManager
 
 
+@contextlib.contextmanager
+def _weights_only_loading():
+    """fairseq's ``torch.load`` of a checkpoint (no ``weights_only`` argument) weights-only on torch 2.4 and 2.5 too,
+    whose default is still ``weights_only=False`` (2.6 made it True): ``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` for the call,
+    unless the user opted out with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``."""
+    default = release(torch.__version__)[:2] >= (2, 6)
+    if default or any(os.environ.get(name) for name in (FORCE_WEIGHTS_ONLY, FORCE_NO_WEIGHTS_ONLY)):
+        yield
+        return
+    os.environ[FORCE_WEIGHTS_ONLY] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(FORCE_WEIGHTS_ONLY, None)
+
+
 def install() -> None:
     """Allow-list fairseq's checkpoint globals and make refusals one clear line."""
     torch.serialization.add_safe_globals(SAFE_GLOBALS)
@@ -305,7 +326,8 @@ def install() -> None:
     @functools.wraps(original)
     def load_checkpoint_to_cpu(path, *args, **kwargs):
         try:
-            return original(path, *args, **kwargs)
+            with _weights_only_loading():
+                return original(path, *args, **kwargs)
         except pickle.UnpicklingError as error:
             if "Unsupported global" in str(error):
                 raise UnsafeCheckpointError(_explain(path, error)) from None

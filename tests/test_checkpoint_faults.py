@@ -4,6 +4,7 @@ fills while a checkpoint is saved, a ``.bin`` deleted beside its ``.idx``, a mis
 one line naming the problem and the fix, and nothing is lost or left half-written."""
 
 import errno
+import os
 import shutil
 from pathlib import Path
 
@@ -142,3 +143,26 @@ def test_a_missing_lsl_dense_init_is_one_line(corpus, tmp_path):
     assert line == (f"fairseq-train: error: --lsl-dense-init {missing}: no such checkpoint; pass the "
                     "checkpoint of the dense pre-training run (e.g. its checkpoint_best.pt)"), line
     assert not list((tmp_path / "s").iterdir())
+
+
+@pytest.mark.parametrize("version,forced", [("2.4.1+cu121", "1"), ("2.5.1", "1"), ("2.6.0", None)])
+def test_fairseqs_checkpoint_load_is_weights_only_on_every_supported_torch(tmp_path, monkeypatch, version, forced):
+    """torch 2.4 and 2.5 still default to weights_only=False, and fairseq's torch.load passes none: a checkpoint
+    holding an io.StringIO loaded there without a word (seen with torch 2.4.1). The load is now forced weights-only
+    there (TORCH_FORCE_WEIGHTS_ONLY_LOAD for the call), and left to torch's own default from 2.6."""
+    from fairseq import checkpoint_utils
+
+    monkeypatch.delenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", raising=False)
+    monkeypatch.delenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", raising=False)
+    monkeypatch.setattr(torch, "__version__", version)
+    seen = []
+
+    def load(*args, **kwargs):
+        seen.append(os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD"))
+        raise FileNotFoundError("stop here")
+
+    monkeypatch.setattr(torch, "load", load)
+    (tmp_path / "c.pt").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="stop here"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "c.pt"))
+    assert seen == [forced] and "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
