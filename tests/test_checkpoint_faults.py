@@ -166,3 +166,19 @@ def test_fairseqs_checkpoint_load_is_weights_only_on_every_supported_torch(tmp_p
     with pytest.raises(FileNotFoundError, match="stop here"):
         checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "c.pt"))
     assert seen == [forced] and "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
+
+
+def test_a_continue_once_checkpoint_past_max_update_is_named_by_its_flag(tmp_path):
+    """--continue-once (a first launch starting from another run's checkpoint) names that file and its flag, not a
+    checkpoint_last.pt that does not exist or '--restore-file None'."""
+    import argparse
+
+    from fairseq_langshare.tasks.multilingual_langshare import ResumedPastMaxUpdate, check_resumed_updates
+
+    other = tmp_path / "other" / "checkpoint_last.pt"
+    args = argparse.Namespace(max_update=2, restore_file="checkpoint_last.pt", save_dir=str(tmp_path / "new"),
+                              checkpoint_suffix="", continue_once=str(other))
+    with pytest.raises(ResumedPastMaxUpdate, match=rf"^--continue-once {other} was trained for 5 updates, more than "
+                                                   r"--max-update 2: .*\(or --finetune-from-model instead of "
+                                                   r"--continue-once: fine-tuning\)$"):
+        check_resumed_updates(5, args)

@@ -227,13 +227,13 @@ def check_resumed_updates(update_num: int, args) -> None:
     max_update = run_option(args, "max_update", "optimization", 0)
     if max_update <= 0 or update_num <= max_update:
         return
-    if not resumes_own_checkpoint(args):  # another run's checkpoint: a new --save-dir would load it again
-        restore = run_option(args, "restore_file", "checkpoint")
-        raise ResumedPastMaxUpdate(
-            f"--restore-file {restore} was trained for {update_num} updates, more than --max-update {max_update}: "
-            f"pass --max-update {update_num} or more to train on from its count, or --reset-optimizer to count "
-            "updates from 0 (or --finetune-from-model instead of --restore-file: fine-tuning)")
     path = resumed_checkpoint(args)
+    if not resumes_own_checkpoint(args):  # another run's checkpoint: a new --save-dir would load it again
+        flag = "--continue-once" if path == run_option(args, "continue_once", "checkpoint") else "--restore-file"
+        raise ResumedPastMaxUpdate(
+            f"{flag} {path} was trained for {update_num} updates, more than --max-update {max_update}: "
+            f"pass --max-update {update_num} or more to train on from its count, or --reset-optimizer to count "
+            f"updates from 0 (or --finetune-from-model instead of {flag}: fine-tuning)")
     raise ResumedPastMaxUpdate(f"{path} was trained for {update_num} updates, more than --max-update {max_update}: "
                                f"pass --max-update {update_num} or more to train on, or another --save-dir to start "
                                f"a new run (--finetune-from-model {path} to start it from these weights)")
