@@ -119,12 +119,10 @@ def check_record(record_dir: str, runs: List[Run]) -> None:
             continue
         held = [(f"{direction}/{model}/seed{seed}", record) for model, seeds in records[direction].items()
                 for seed, record in seeds.items()]
-        other = []
         dict_sha = corpus.dict_sha256
-        name, record = next(((n, r) for n, r in held if r["corpus"].get("dict_sha256") not in (None, dict_sha)),
-                            held[0])
-        if record["corpus"].get("dict_sha256") not in (None, dict_sha):
-            other.append("dictionary (bin/dict.txt)")
+        other_dict = [(n, r) for n, r in held if r["corpus"].get("dict_sha256") not in (None, dict_sha)]
+        name, record = (other_dict or held)[0]
+        other = ["dictionary (bin/dict.txt)"] if other_dict else []
         refs_path = head_to_head_record.references_path(record_dir, direction)
         if os.path.isfile(refs_path):
             recorded_refs = head_to_head_record.load(refs_path)
@@ -169,6 +167,8 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
     "": not written). Returns the runs (``report_only``: the results JSON)."""
     stream = stream or sys.stdout
     record_dir = record_dir or (head_to_head_record.RECORD_DIR if report_only else os.path.join(runs_dir, "record"))
+    for flag, values in (("--seeds", seeds), ("--models", models or []), ("--directions", directions)):
+        refuse_repeats(flag, values)
     given = {"out_json": out_json, "out_md": out_md, "figure": figure, "readme": readme}
     outputs = {k: (v if v is not None else default) or None
                for (k, v), default in zip(given.items(), report_outputs(record_dir).values())}
@@ -184,8 +184,6 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
     for direction, path in (corpora or {}).items():
         refuse_unprepared(direction, path, directions)
     corpora = {**DEFAULT_CORPORA, **(corpora or {})}
-    for flag, values in (("--seeds", seeds), ("--models", models or []), ("--directions", directions)):
-        refuse_repeats(flag, values)
     runs = plan(models or [m.name for m in MODELS], directions, seeds, runs_dir, corpora, updates, train_flags)
     check_record(record_dir, runs)
     if not dry_run:
@@ -323,9 +321,6 @@ def refuse_without_validation(corpus) -> None:
 
 
 def _run(args):
-    for flag, values in (("--seeds", args.seeds), ("--models", (args.models or "").split(",") if args.models else []),
-                         ("--directions", args.directions.split(","))):
-        refuse_repeats(flag, values)
     corpora = {}
     for item in args.corpus or []:
         direction, _, path = item.partition("=")
