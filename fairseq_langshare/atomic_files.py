@@ -35,14 +35,15 @@ class OutputPathError(ValueError):
 def check_writable(path: PathLike, flag: str = "--out", inputs: Iterable[PathLike] = (),
                    protected: Mapping[str, Optional[PathLike]] = None, own: Callable[[Path], bool] = None,
                    command: str = "this command", held: Callable[[Path], Optional[str]] = None,
-                   regular: bool = False) -> Path:
+                   regular: bool = True) -> Path:
     """Refuse ``path`` (the value of option ``flag``) now, before any work, if it is a directory, one of
     ``inputs``, an existing file under one of the ``protected`` directories ({"corpus": dir, "run": dir}) that
     ``own(path)`` does not recognise as an earlier output of ``command``, an existing non-empty file anywhere for
     which ``held(path)`` says what it holds (None: ``command`` may replace it), under a file, or in a directory
     where no file can be created (probed, so that a read-only file system or a root-owned directory counts too).
-    With ``regular``, also a symbolic link (the rename would replace the link, not its target) and anything that is
-    no regular file (a FIFO, a device, a socket). Creates nothing."""
+    With ``regular`` (the default: every output is written by a rename, ``write_files_atomic``), also a symbolic
+    link (the rename would replace the link, not its target) and anything that is no regular file (a FIFO, a
+    device, a socket). Creates nothing."""
     path = Path(path)
     if regular:
         _check_regular(path, flag, command)

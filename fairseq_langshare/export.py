@@ -186,7 +186,7 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
     checkpoint, out_path = Path(checkpoint), Path(out_path)
     if not checkpoint.is_file():
         raise FileNotFoundError(f"no checkpoint {checkpoint}: pass the .pt file fairseq-train wrote")
-    check_writable(out_path, "--out", inputs=[checkpoint], command="export", regular=True)  # a FIFO, a link: refused
+    check_writable(out_path, "--out", inputs=[checkpoint], command="export")  # a FIFO, a link: refused
     state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
     cfg, weights = state["cfg"], state["model"]
     check_writable(out_path, "--out", inputs=[checkpoint], protected=_protected(checkpoint, cfg), own=_is_export,

@@ -210,3 +210,31 @@ def test_evaluate_prints_the_verdict_against_its_baseline(run, eval_corpus, tmp_
     rows = [l for l in table.splitlines() if l.startswith(("| en-xx |", "| en-yy |", "| all (pooled) |"))
             and "level" in l]
     assert len(rows) == 3, table  # the same hypotheses as the baseline's: level everywhere
+
+
+@pytest.mark.parametrize("kind", ["link", "dangling link", "fifo"])
+def test_evaluate_never_replaces_a_link_or_a_fifo_given_as_output(run, eval_corpus, tmp_path, capsys, no_decoding,
+                                                                   kind):
+    """Was: every output but export's was written by a rename over the path, so a symbolic link given as
+    --out-json (to the results the user keeps elsewhere) became a regular file and the file it pointed to kept
+    the old results, exit 0; a FIFO was replaced the same way. Now refused before decoding, as export does."""
+    import os
+
+    out = tmp_path / "r.json"
+    if kind == "fifo":
+        os.mkfifo(out)
+        expected = f"--out-json {out} exists and is no regular file (a FIFO); write to another path"
+    else:
+        target = tmp_path / "kept" / "r.json"
+        if kind == "link":
+            target.parent.mkdir()
+            target.write_text("")
+        out.symlink_to(target)
+        expected = (f"--out-json {out} is a symbolic link (to {target}), which evaluate would replace by a file; "
+                    "pass the file it points to, or another path")
+    before = snapshot(tmp_path)
+    code, line = langshare(capsys, "evaluate", run / "checkpoint_last.pt", eval_corpus, "--directions", "en-xx",
+                           "--out-json", out)
+    assert (code, line) == (2, f"langshare evaluate: error: {expected}"), line
+    assert out.is_fifo() if kind == "fifo" else out.is_symlink()
+    assert snapshot(tmp_path) == before
