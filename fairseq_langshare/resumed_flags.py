@@ -19,7 +19,7 @@ import numbers
 import shlex
 from enum import Enum
 
-from fairseq.models import MODEL_REGISTRY
+from .run_options import registered_model_name
 
 __all__ = ["DEFINING_FLAGS", "ChangedFlagsOnResume", "check_resumed_flags"]
 
@@ -92,7 +92,7 @@ def check_resumed_flags(path, saved_cfg, cfg, model, arch) -> None:
         was = saved.get("arch") or saved.get("_name")
         if was != arch:  # the other flags follow from it
             _refuse(path, [("--arch", was, arch)])
-    name = next((n for n, c in MODEL_REGISTRY.items() if c is type(model)), None)
+    name = registered_model_name(model)
     config_class = getattr(model, "config_class", None)
     defaults = {f.name: f.default for f in dataclasses.fields(config_class)} if config_class else {}
     changed = []

@@ -2,12 +2,15 @@
 Namespace; ``fairseq-hydra-train`` hands each its own node of the config (``cfg.model``, ``cfg.task``), and
 the others sit in the config's other groups (``optimization.max_update``, ``checkpoint.save_dir``)."""
 
+import functools
 import os
 import sys
 
+from fairseq.models import MODEL_REGISTRY
 from omegaconf import OmegaConf
 
-__all__ = ["run_option", "in_fairseq_training", "resumed_checkpoint", "resumes_own_checkpoint", "resumed_model_config"]
+__all__ = ["run_option", "registered_model_name", "in_fairseq_training", "resumed_checkpoint",
+           "resumes_own_checkpoint", "saved_checkpoint", "resumed_model_config"]
 
 
 def run_option(args, name: str, group: str, default=None):
@@ -17,6 +20,12 @@ def run_option(args, name: str, group: str, default=None):
     if value is None and OmegaConf.is_config(args):
         value = OmegaConf.select(args._get_root(), f"{group}.{name}", default=None)
     return default if value is None else value
+
+
+def registered_model_name(model):
+    """The name ``model``'s class is registered under (``MODEL_REGISTRY``: the key of the per-model tables);
+    None for a class fairseq does not know by name."""
+    return next((name for name, cls in MODEL_REGISTRY.items() if cls is type(model)), None)
 
 
 def in_fairseq_training() -> bool:
@@ -54,14 +63,31 @@ def resumes_own_checkpoint(args) -> bool:
     return restore == "checkpoint_last.pt" and os.path.exists(own)
 
 
+def saved_checkpoint(path):
+    """``checkpoint_safety.checkpoint_header(path)``, read once per process while the file stays the same (its
+    size and modification time): the checks at a run's start each read the resumed checkpoint. None where
+    there is no such file or it cannot be read. Read only: every caller shares the one object."""
+    try:
+        stat = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
+    return _header(os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _header(path, size, mtime_ns):
+    from .checkpoint_safety import checkpoint_header
+
+    return checkpoint_header(path)
+
+
 def resumed_model_config(args):
     """The saved model config of the run's own checkpoint that fairseq's training is about to resume; None when
     it resumes none (a first launch, another file, a model built outside fairseq-train) or the header cannot be
     read (fairseq's own load then says why)."""
-    from .checkpoint_safety import checkpoint_header
     from .saved_config import config_value
 
     if not in_fairseq_training() or not resumes_own_checkpoint(args):
         return None
-    model = config_value((checkpoint_header(resumed_checkpoint(args)) or {}).get("cfg"), "model")
+    model = config_value((saved_checkpoint(resumed_checkpoint(args)) or {}).get("cfg"), "model")
     return model if model else None

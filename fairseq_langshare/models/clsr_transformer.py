@@ -37,12 +37,11 @@ from ..modules.activation_checkpointing import wrap_like_fairseq
 from ..modules.auxiliary import AuxiliaryReporter
 from ..modules.clsr import ClsrUnit, LanguageProjections
 from ..modules.language_specific_layer import reorder_modules
-from ..checkpoint_safety import checkpoint_header
 from ..modules.schedules import HORIZONS, set_given_options
 from ..option_ranges import Range
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
 from .langshare_transformer import small_preset, tiny_preset
-from ..run_options import in_fairseq_training, resumed_checkpoint, run_option
+from ..run_options import in_fairseq_training, resumed_checkpoint, run_option, saved_checkpoint
 
 VARIANTS = ChoiceEnum(["clsr", "gate", "shared", "language", "top-bottom", "dedicated", "ls-encoder-output"])
 SIDES = ChoiceEnum(["src", "tgt"])
@@ -82,7 +81,7 @@ def _resumes_a_horizon(args) -> bool:
     restore = resumed_checkpoint(args)
     if not in_fairseq_training() or not os.path.isfile(restore):
         return False
-    weights = (checkpoint_header(restore) or {}).get("model") or {}
+    weights = (saved_checkpoint(restore) or {}).get("model") or {}
     horizons = [v for k, v in weights.items() if k.endswith(HORIZONS)]
     return bool(horizons) and all(int(v.min()) > 0 for v in horizons)
 
