@@ -290,6 +290,46 @@ def test_a_record_is_dated_by_its_commits_and_holds_both_directions(tmp_path):
     assert "not committed" in build()["directions"]["m2o"]["dated_by"]
 
 
+def test_a_record_outside_git_is_dated_the_day_of_its_report(tmp_path, monkeypatch):
+    """A user's record in no git checkout, or on a machine without git, is reported (dated the day of the
+    report, which says why), not refused and not a traceback."""
+    make_record(tmp_path / "record", models=("baseline", "lsl"), seeds=(1,))
+    for path in (os.environ["PATH"], str(tmp_path / "no_git_here")):
+        monkeypatch.setenv("PATH", path)
+        block = head_to_head_report.build(str(tmp_path / "record"), 20, open(os.devnull, "w"))["directions"]["o2m"]
+        assert block["generated"] == datetime.date.today().isoformat() and "not committed" in block["dated_by"]
+
+
+def test_the_package_commit_is_the_packages_own(tmp_path, monkeypatch):
+    """Was: the package pip-installed into a virtual environment inside the user's own git repository recorded
+    that repository's HEAD as the package commit of every run; and a checkout's package was recorded without
+    uncommitted changes whatever it had (git status looked for fairseq_langshare/ inside the package's folder).
+    A package that is no file of a git checkout records no commit (the report says 'unknown')."""
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True,
+                              env=env).stdout.strip()
+
+    def provenance(package):  # of the package in the folder ``package``
+        (package / "recipes").mkdir(parents=True, exist_ok=True)
+        monkeypatch.setattr(head_to_head_record, "__file__", str(package / "recipes" / "head_to_head_record.py"))
+        prov = head_to_head_record.provenance()
+        return prov["package_commit"], prov["package_dirty"]
+
+    git("init", "-q")
+    git("commit", "-q", "--allow-empty", "-m", "the user's project")
+    assert provenance(tmp_path / ".venv" / "site-packages" / "fairseq_langshare") == (None, None)
+    checkout = tmp_path / "fairseq_langshare"
+    (checkout / "recipes").mkdir(parents=True)
+    (checkout / "__init__.py").write_text("")
+    git("add", "fairseq_langshare")
+    git("commit", "-q", "-m", "a checkout of the package")
+    assert provenance(checkout) == (git("rev-parse", "HEAD"), False)
+    (checkout / "__init__.py").write_text("changed = True\n")
+    assert provenance(checkout) == (git("rev-parse", "HEAD"), True)
+
+
 def test_a_record_of_two_head_to_heads_or_two_configurations_is_refused(tmp_path):
     refs = make_record(tmp_path / "record", models=("baseline", "lsl"), seeds=(1,))
     write_run(tmp_path / "record", "o2m", "lsl", 2, refs, updates=500)

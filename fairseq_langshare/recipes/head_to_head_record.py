@@ -91,6 +91,7 @@ def load(path: str) -> Dict:
 
 
 def _git(*args) -> Optional[str]:
+    """git's output, run in the package's folder; None where it fails (no git, no checkout)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         return subprocess.run(["git", *args], cwd=package, capture_output=True, text=True,
@@ -116,8 +117,12 @@ def provenance() -> Dict:
     import sacrebleu
     import torch
 
-    status = _git("status", "--porcelain", "--untracked-files=no", "--", "fairseq_langshare")
-    return {"package_commit": _git("rev-parse", "HEAD"), "package_dirty": bool(status) if status is not None else None,
+    # (git runs in the package's folder) a package that is no file of a checkout (pip-installed, maybe into the
+    # venv of another repository) has no commit
+    checkout = bool(_git("ls-files", "--", "__init__.py"))
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".") if checkout else None
+    return {"package_commit": _git("rev-parse", "HEAD") if checkout else None,
+            "package_dirty": bool(status) if status is not None else None,
             "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "system": platform.platform()},
             "python": sys.version.split()[0], "torch": torch.__version__, "fairseq": fairseq.__version__,
             "sacrebleu": sacrebleu.__version__}
