@@ -389,6 +389,16 @@ def test_layer_spec_parses_the_papers_notation(spec, layers, expected):
     assert parse_layer_spec(format_layer_spec(sides), layers) == sides
 
 
+def test_every_formatted_layer_spec_parses_back():
+    """What `langshare analyze lsl` prints (``format_layer_spec``, ``SRC={}`` for a side with no layer)
+    can be passed back as --lsl-encoder-layers: every choice of sides on 1-4 layers round-trips."""
+    import itertools
+
+    for layers in range(1, 5):
+        for sides in itertools.product(("src", "tgt", None), repeat=layers):
+            assert parse_layer_spec(format_layer_spec(sides), layers) == list(sides), format_layer_spec(sides)
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--lsl-encoder-layers", "SRC={0,2}"], r"layer 0 is out of range: there are 4 layers, numbered 1\.\.4 .* change --encoder-layers"),
     (["--lsl-encoder-layers", "TGT={5}"], r"layer 5 is out of range: there are 4 layers, numbered 1\.\.4"),
