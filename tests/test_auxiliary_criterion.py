@@ -4,6 +4,7 @@ cross_entropy): was a run without its regularizers, exit 0, no word. Now refused
 is built; models without auxiliary losses train with any criterion."""
 
 import pytest
+import torch
 
 from cli_checks import fairseq_error, snapshot
 from method_configs import AUX_LOSSES, METHODS
@@ -69,3 +70,25 @@ def test_the_table_names_the_losses_each_method_reports(corpus, method):
     # sparsity's disparity and top-k terms come in later phases
     names = {term.split(" ")[0] for term in auxiliary_terms(model)}
     assert {key for key in losses if not any(key.startswith(name) for name in names)} == set(), (losses, names)
+
+
+@pytest.mark.parametrize("commit,refused", [(1, False), (0, True)])
+def test_latent_depth_resumed_past_its_commit_trains_with_fairseqs_criterion(corpus, tmp_path, commit, refused):
+    """A latent-depth checkpoint whose selection is committed trains on with fairseq's criterion (with
+    --reset-optimizer, which fairseq asks for when the criterion changes): from the commit on training runs the
+    frozen, pruned network and has no KL or target-depth term to drop. Was refused ('adds auxiliary losses (kl
+    ...)'), read from the options alone. A checkpoint that has not committed (--latent-commit-updates 0: never)
+    is still refused."""
+    save = tmp_path / "ckpt"
+    base = task_args(corpus) + PLAIN[:-2] + ["--arch", "latent_depth_transformer_tiny", "--latent-commit-updates",
+                                             str(commit), "--save-dir", str(save)]
+    train(base + ["--criterion", "langshare_label_smoothed_cross_entropy", "--max-update", "3"])
+    resume = base + FAIRSEQ_LS + ["--reset-optimizer", "--max-update", "2"]
+    if refused:
+        line = fairseq_error(train, resume)
+        assert line.startswith("fairseq-train: error: latent_depth_transformer_tiny adds auxiliary losses (kl "), line
+        return
+    train(resume)
+    state = torch.load(save / "checkpoint_last.pt", weights_only=True)
+    assert state["optimizer_history"][-1]["criterion_name"] == "LabelSmoothedCrossEntropyCriterion"
+    assert state["optimizer_history"][-1]["num_updates"] == 2
