@@ -29,7 +29,7 @@ TRANSFORMER = ("encoder_layers", "decoder_layers", "encoder_embed_dim", "decoder
                "encoder_normalize_before", "decoder_normalize_before", "activation_fn", "share_all_embeddings",
                "share_decoder_input_output_embed", "no_scale_embedding", "layernorm_embedding")
 DEFINING_FLAGS = {
-    "langshare_adapter_transformer": ("adapter_placement", "adapter_bottleneck"),
+    "langshare_adapter_transformer": ("adapter_placement", "adapter_bottleneck", "adapter_pairs"),
     "langshare_adapter_single": ("adapter_placement", "adapter_bottleneck"),
     "latent_depth_transformer": ("latent_layers", "latent_encoder_lang", "latent_decoder_lang",
                                  "latent_logit_lr_scale"),

@@ -17,6 +17,7 @@ BASE = {
     "lsl": ["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "TGT={1,3,4}"],
     "clsr": ["--arch", "clsr_transformer_tiny", "--clsr-encoder-lang", "tgt"],
     "adapter": ["--arch", "langshare_adapter_transformer_tiny"],
+    "pair_adapter": ["--arch", "langshare_adapter_transformer_tiny", "--adapter-placement", "pair"],
     "sparse": ["--arch", "adaptive_sparse_transformer_tiny", "--sparse-t-bar", "1"],
 }
 
@@ -55,6 +56,13 @@ def resume(corpus, runs, tmp_path, method, change, max_update=4, extra=()):
     ("sparse", ["--sparse-decoder-keep-heads", "2"], "--sparse-decoder-keep-heads 0",
      "--sparse-decoder-keep-heads 2"),
     ("sparse", ["--sparse-logit-lr-scale", "1"], "--sparse-logit-lr-scale 30.0", "--sparse-logit-lr-scale 1.0"),
+    # the checkpoint's slot map (pair_table.lookup) kept en-yy in xx-en's slot: xx-en had no adapter, the saved
+    # config said it had
+    ("pair_adapter", ["--lang-pairs", "en-xx", "--adapter-pairs", "en-xx,xx-en"], "--adapter-pairs en-xx,en-yy",
+     "--adapter-pairs en-xx,xx-en"),
+    # one more pair: was fairseq's 'Cannot load model parameters ... ensure that the architectures match'
+    ("pair_adapter", ["--adapter-pairs", "en-xx,en-yy,xx-en"], "--adapter-pairs en-xx,en-yy",
+     "--adapter-pairs en-xx,en-yy,xx-en"),
     # the shapes change too: was "holds a clsr_transformer_tiny model but this run builds clsr_transformer_tiny"
     ("clsr", ["--clsr-variant", "shared"], "--clsr-variant clsr", "--clsr-variant shared"),
     ("clsr", ["--clsr-lang-proj", "sublayer"], "--clsr-lang-proj stack", "--clsr-lang-proj sublayer"),
