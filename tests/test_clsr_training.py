@@ -93,3 +93,15 @@ def test_a_run_without_max_update_is_refused_at_build(corpus, tmp_path):
     train(task_args(corpus) + clsr_args(tmp_path / "run", 0.3, 3, 0))
     train(task_args(corpus) + no_horizon)
     assert checkpoint_updates(tmp_path / "run" / "checkpoint_last.pt") > 3
+
+
+def test_a_run_without_gate_noise_needs_no_max_update(corpus, tmp_path):
+    """--clsr-max-noise 0 (no noise: alpha is 0 throughout) has no schedule to ramp over; the budget needs no
+    horizon either. Was refused at build ('ramps its gate noise alpha(t) over the run, but this run has no
+    --max-update'), and the first forward stopped had it got there."""
+    argv = clsr_args(tmp_path / "run", 0.3, 0, 0, "--clsr-max-noise", "0")
+    at = argv.index("--max-update")
+    argv[at:at + 2] = ["--max-epoch", "1"]  # no --max-update: fairseq's 0, unlimited
+    records = train(task_args(corpus) + argv)
+    assert checkpoint_updates(tmp_path / "run" / "checkpoint_last.pt") > 0
+    assert last(records, "stat_noise_alpha") == 0 and last(records, "aux_budget") > 0  # the budget still trains

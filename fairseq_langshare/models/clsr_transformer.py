@@ -307,7 +307,7 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
         if dedicated and variant != "dedicated":
             raise ValueError(f"--clsr-dedicated {dedicated} needs --clsr-variant dedicated (it is --clsr-variant "
                              f"{variant}, which ignores the list)")
-        noisy = [u for u in self.clsr_units() if u.mode == "learned"]
+        noisy = [u for u in self.clsr_units() if u.mode == "learned" and u.max_noise]  # --clsr-max-noise 0: none
         if any(u.noise_ramp_updates <= 0 for u in noisy) and not _resumes_a_horizon(args):
             # else the first forward stops (ClsrUnit.noise_scale), after fairseq has set up the run
             raise ValueError(f"--clsr-variant {variant} ramps its gate noise alpha(t) over the run, but this run has "

@@ -154,8 +154,8 @@ class ClsrUnit(nn.Module, ScheduledModule):
         self._call["last"] = None
 
     def noise_scale(self) -> float:
-        """alpha(t): 0 at update 0, linear to ``max_noise`` at ``noise_ramp_updates``."""
-        if self.noise_ramp_updates <= 0:
+        """alpha(t): 0 at update 0, linear to ``max_noise`` at ``noise_ramp_updates``; 0 throughout without noise."""
+        if self.noise_ramp_updates <= 0 and self.max_noise:
             raise ValueError("CLSR's noise alpha(t) ramps over the run but its length is unknown: "
                              "pass --max-update N (or --clsr-noise-ramp-updates N)")
         return linear_ramp(self.num_updates, self.noise_ramp_updates, self.max_noise)
