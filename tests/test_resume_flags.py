@@ -192,8 +192,6 @@ def test_a_resumed_models_build_reads_the_checkpoint_header_once(corpus, runs, t
     assert loads == [str(save / "checkpoint_last.pt")] * 2
 
 
-@pytest.mark.xfail(strict=True, reason="tasks/multilingual_langshare.py warn_if_the_batch_changed reads the header "
-                                       "itself (checkpoint_header): switch it to run_options.saved_checkpoint")
 def test_a_resume_reads_the_checkpoint_header_once(corpus, runs, tmp_path, monkeypatch):
     """A whole resume's start under fairseq-train: the header is read once (3 reads before)."""
     save, argv = resume(corpus, runs, tmp_path, "adapter", [])

@@ -34,7 +34,6 @@ from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleE
 from fairseq.utils import csv_str_list, eval_str_dict
 from omegaconf import II, OmegaConf
 
-from ..checkpoint_safety import checkpoint_header
 from ..criterions.auxiliary_terms import require_auxiliary_criterion
 from ..data.binarized import sentence_count
 from ..distributed_launch import check_training_is_distributed
@@ -46,7 +45,8 @@ from .interactive_input import (check_input_file, decodable, input_option, toler
                                 warn_too_long)
 from .language_tagged_dataset import LanguageTaggedDataset, attach_lang_ids
 from ..resumed_flags import check_resumed_flags
-from ..run_options import resumed_checkpoint, resumed_model_config, resumes_own_checkpoint, run_option
+from ..run_options import (resumed_checkpoint, resumed_model_config, resumes_own_checkpoint, run_option,
+                           saved_checkpoint)
 
 logger = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ def warn_if_the_batch_changed(update_num: int, args) -> None:
     if update_num <= 0 or not first_rank():
         return
     path = resumed_checkpoint(args)
-    cfg = (checkpoint_header(path) or {}).get("cfg") or {}
+    cfg = (saved_checkpoint(path) or {}).get("cfg") or {}
     try:
         before, said = _batches_per_update(int(cfg["distributed_training"]["distributed_world_size"]),
                                            cfg["optimization"]["update_freq"])
