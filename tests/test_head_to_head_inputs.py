@@ -230,3 +230,51 @@ def test_failed_runs_are_counted_in_the_last_line(tmp_path, fake_runs, capsys, m
     out, err = capsys.readouterr()
     assert code != 0 and err.startswith("langshare head-to-head: 2 of 2 runs failed"), err
     assert "nothing to report" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_figure_of_another_record_is_not_replaced(tmp_path, monkeypatch):
+    """Was: --figure FILE holding another record's head-to-head figure was replaced (the PNG named no
+    record, so any head-to-head figure passed); now its PNG names its record, as the JSON's record.dir does."""
+    from test_head_to_head_report import make_record
+
+    monkeypatch.chdir(tmp_path)
+    for record in ("rec_a", "rec_b"):
+        make_record(record, models=("baseline", "lsl"), seeds=(1,))
+    paths = {"out_md": "", "figure": "figure.png", "readme": ""}
+    head_to_head.head_to_head(report_only=True, record_dir="rec_a", n_samples=10, stream=open(os.devnull, "w"),
+                              out_json="a.json", **paths)
+    before = open("figure.png", "rb").read()
+    with pytest.raises(ValueError, match=r"^--figure figure.png holds the figure of the record rec_a, not of this one "
+                                         r"\(rec_b\), which head-to-head would replace; write to another path or "
+                                         r"move it away$"):
+        head_to_head.head_to_head(report_only=True, record_dir="rec_b", n_samples=10, out_json="b.json", **paths)
+    assert open("figure.png", "rb").read() == before and not os.path.exists("b.json")
+    head_to_head.head_to_head(report_only=True, record_dir="./rec_a/", n_samples=10, stream=open(os.devnull, "w"),
+                              out_json="a.json", **paths)  # its own record's figure is replaced
+
+
+def test_the_sections_of_another_record_are_not_replaced(tmp_path, monkeypatch):
+    """Was: --out-md or --readme FILE whose head-to-head section (method standings) was made from another record
+    got this record's in its place (docs/results.md's section of the head-to-head of record, from a record of one's
+    own). Each names its record, as the JSON's record.dir does; the rest of the file is never touched."""
+    from test_head_to_head_report import make_record
+
+    monkeypatch.chdir(tmp_path)
+    for record in ("rec_a", "rec_b"):
+        make_record(record, models=("baseline", "lsl"), seeds=(1,))
+    quiet = open(os.devnull, "w")
+    for flag, key, what in (("--out-md", "out_md", "head-to-head section"), ("--readme", "readme", "method standings")):
+        paths = {"out_md": "", "figure": "", "readme": "", key: "notes.md"}
+        with open("notes.md", "w") as f:
+            f.write("# my notes\n")
+        head_to_head.head_to_head(report_only=True, record_dir="rec_a", n_samples=10, stream=quiet, out_json="a.json",
+                                  **paths)
+        before = open("notes.md", "rb").read()
+        with pytest.raises(ValueError, match=rf"^{flag} notes.md holds the {what} of the record rec_a, not of this one "
+                                             r"\(rec_b\), which head-to-head would replace; write to another path or "
+                                             r"move it away$"):
+            head_to_head.head_to_head(report_only=True, record_dir="rec_b", n_samples=10, out_json="b.json", **paths)
+        assert open("notes.md", "rb").read() == before and not os.path.exists("b.json")
+        head_to_head.head_to_head(report_only=True, record_dir="./rec_a/", n_samples=10, stream=quiet,
+                                  out_json="a.json", **paths)  # its own record's section is replaced
+        assert open("notes.md").read().startswith("# my notes\n")

@@ -315,22 +315,28 @@ def draw(data: Dict, metric: str = "bleu"):
 FIGURE_TITLE = "langshare head-to-head"  # the PNG's Title: a --figure the report may replace holds it
 
 
-def _png_writer(fig):
-    """Write ``fig`` as PNG without the matplotlib version (the same figure, the same bytes), titled FIGURE_TITLE."""
-    return lambda tmp: fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None, "Title": FIGURE_TITLE})
+def _png_writer(fig, record: str):
+    """Write ``fig`` as PNG without the matplotlib version (the same figure, the same bytes), titled FIGURE_TITLE
+    and naming its record (``record_path``) in a ``Record`` text chunk, as the JSON's ``record.dir`` does."""
+    return lambda tmp: fig.savefig(tmp, format="png", dpi=120,
+                                   metadata={"Software": None, "Title": FIGURE_TITLE, "Record": record})
 
 
-def _figure_held(path) -> Optional[str]:
-    """For ``check_writable(held=...)``: None for a figure of the report's (its PNG title), else what the file is."""
+def _figure_held(record_dir: Optional[str]):
+    """For ``check_writable(held=...)``: None for a figure of the report's of ``record_dir`` (any record's when
+    None; a figure that names no record, made before figures named theirs, too), else what the file is."""
     from PIL import Image
 
-    try:
-        with Image.open(path) as image:
-            if getattr(image, "text", {}).get("Title") == FIGURE_TITLE:
-                return None
-    except (OSError, ValueError):
-        pass
-    return "a file head-to-head did not write"
+    def held(path) -> Optional[str]:
+        try:
+            with Image.open(path) as image:
+                text = getattr(image, "text", {})
+        except (OSError, ValueError):
+            text = {}
+        if text.get("Title") != FIGURE_TITLE:
+            return "a file head-to-head did not write"
+        return _other_record("figure", text.get("Record"), record_dir)
+    return held
 
 
 def _thousands(n):
@@ -458,6 +464,15 @@ def _with_section(path: str, start: str, end: str, section: str) -> str:
     return replace_section(text, start, end, section)
 
 
+def _other_record(what: str, theirs: Optional[str], record_dir: Optional[str]) -> Optional[str]:
+    """What a report output naming the record ``theirs`` holds when that is not ``record_dir`` (None: the same
+    record, or either unknown)."""
+    mine = record_path(record_dir) if record_dir is not None else None
+    if theirs and mine and os.path.realpath(theirs) != os.path.realpath(mine):
+        return f"the {what} of the record {theirs}, not of this one ({mine})"
+    return None
+
+
 def _json_held(record_dir: Optional[str]):
     """For ``check_writable(held=...)``: None for a results JSON of the report's of ``record_dir`` (any
     record's when None), else what the file is (another record's report is another record's)."""
@@ -472,21 +487,37 @@ def _json_held(record_dir: Optional[str]):
                 theirs = (json.load(f).get("record") or {}).get("dir")
         except (OSError, ValueError, AttributeError):
             return None
-        mine = record_path(record_dir)
-        if theirs and os.path.realpath(theirs) != os.path.realpath(mine):
-            return f"the report of the record {theirs}, not of this one ({mine})"
-        return None
+        return _other_record("report", theirs, record_dir)
+    return held
+
+
+def _section_held(start: str, end: str, names_record: str, what: str, record_dir: Optional[str]):
+    """For ``check_writable(held=...)``: what a markdown file holds when its section between the markers names
+    another record than ``record_dir`` (``names_record``: the section's words before the record's `DIR/`)."""
+    def held(path) -> Optional[str]:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:  # not readable: writing it is refused or fails as for any output
+            return None
+        section = re.search(re.escape(start) + ".*?" + re.escape(end), text, re.S)
+        theirs = re.search(re.escape(names_record) + r" `([^`]+)/`", section.group(0)) if section else None
+        return _other_record(what, theirs.group(1) if theirs else None, record_dir)
     return held
 
 
 def check_outputs(out_json: str, out_md: Optional[str], figure: Optional[str], readme: Optional[str] = None,
                   record_dir: Optional[str] = None) -> None:
     """Refuse, before any training, a report path that cannot be written or is another of them, or a
-    results JSON of another record than ``record_dir``'s."""
+    results JSON, figure, section or standings of another record than ``record_dir``'s."""
     check_writable(out_json, "--out-json", command="head-to-head", held=_json_held(record_dir))
-    for flag, path, others, held in (("--out-md", out_md, [out_json], None),  # a marked section: the rest is kept
-                                     ("--figure", figure, [out_json, out_md], _figure_held),
-                                     ("--readme", readme, [out_json, out_md, figure], None)):
+    standings = head_to_head_standings.START, head_to_head_standings.END
+    for flag, path, others, held in (  # a section of --out-md or --readme: the rest of the file is kept
+            ("--out-md", out_md, [out_json], _section_held(START, END, "made from its record", "head-to-head section",
+                                                           record_dir)),
+            ("--figure", figure, [out_json, out_md], _figure_held(record_dir)),
+            ("--readme", readme, [out_json, out_md, figure], _section_held(*standings, "from the runs recorded in",
+                                                                           "method standings", record_dir))):
         if path:
             check_writable(path, flag, inputs=[p for p in others if p], command="head-to-head", held=held)
 
@@ -504,7 +535,7 @@ def report(record_dir: str, out_json: str, out_md: Optional[str] = None, figure:
     outputs = {out_json: json_text(data)}
     rel = None
     if figure:
-        outputs[figure] = _png_writer(draw(data))
+        outputs[figure] = _png_writer(draw(data), data["record"]["dir"])
         rel = os.path.relpath(figure, os.path.dirname(os.path.abspath(out_md)) if out_md else ".")
     if out_md:
         outputs[out_md] = _with_section(out_md, START, END, markdown(data, rel))
