@@ -120,15 +120,24 @@ def infer_init_method(cfg, force_distributed=False):
                 found["device_id"], found["init_method"])
 
 
+def _env(name: str) -> str:
+    """An interpolation of environment variable ``name``: ``${oc.env:NAME}`` (omegaconf 2.1 on), ``${env:NAME}``
+    under omegaconf 2.0, which fairseq's setup.py pins (``omegaconf<2.1``) and which knows no ``oc.env``."""
+    import omegaconf
+
+    old = tuple(int(part) for part in omegaconf.__version__.split(".")[:2]) < (2, 1)
+    return "${%s:%s}" % ("env" if old else "oc.env", name)
+
+
 HYDRA_OVERRIDES = {
     "torchrun": ("distributed_training.distributed_init_method=env:// "
-                 "'distributed_training.distributed_world_size=${oc.env:WORLD_SIZE}' "
-                 "'distributed_training.distributed_rank=${oc.env:RANK}' "
-                 "'distributed_training.device_id=${oc.env:LOCAL_RANK}' distributed_training.distributed_no_spawn=true"),
+                 f"'distributed_training.distributed_world_size={_env('WORLD_SIZE')}' "
+                 f"'distributed_training.distributed_rank={_env('RANK')}' "
+                 f"'distributed_training.device_id={_env('LOCAL_RANK')}' distributed_training.distributed_no_spawn=true"),
     "srun": ("distributed_training.distributed_init_method=tcp://FIRST_NODE:PORT "
-             "'distributed_training.distributed_world_size=${oc.env:SLURM_NTASKS}' "
-             "'distributed_training.distributed_rank=${oc.env:SLURM_PROCID}' "
-             "'distributed_training.device_id=${oc.env:SLURM_LOCALID}' distributed_training.distributed_no_spawn=true"),
+             f"'distributed_training.distributed_world_size={_env('SLURM_NTASKS')}' "
+             f"'distributed_training.distributed_rank={_env('SLURM_PROCID')}' "
+             f"'distributed_training.device_id={_env('SLURM_LOCALID')}' distributed_training.distributed_no_spawn=true"),
 }
 
 

@@ -18,7 +18,7 @@ def run_option(args, name: str, group: str, default=None):
     fairseq-hydra-train, ``group.name`` of the config ``args`` belongs to; ``default`` when neither has it."""
     value = getattr(args, name, None)
     if value is None and OmegaConf.is_config(args):
-        value = OmegaConf.select(args._get_root(), f"{group}.{name}", default=None)
+        value = OmegaConf.select(args._get_root(), f"{group}.{name}")  # None when absent (no default= before 2.1)
     return default if value is None else value
 
 

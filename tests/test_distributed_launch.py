@@ -172,3 +172,20 @@ def test_the_slurm_script_resumes_a_one_process_adaptive_sparse_run_past_t_bar(c
     phases = records(outs[0], "stat_sparse_phase")
     assert [int(float(u)) for u in records(outs[0], "num_updates")[:len(phases)]] == [4, 5]
     assert [float(p) for p in phases] == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_the_printed_hydra_overrides_resolve_with_the_installed_omegaconf(launcher, monkeypatch):
+    """Was: always ${oc.env:...}, which omegaconf 2.0 (fairseq's pin, omegaconf<2.1) does not know: following the
+    refusal's advice there stopped every rank ("interpolation key 'oc.env:WORLD_SIZE' not found")."""
+    from omegaconf import OmegaConf
+
+    for name, value in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "SLURM_NTASKS": "2", "SLURM_PROCID": "1",
+                        "SLURM_LOCALID": "1"}.items():
+        monkeypatch.setenv(name, value)
+    overrides = dict(item.split("=", 1) for item in shlex.split(distributed_launch.HYDRA_OVERRIDES[launcher]))
+    cfg = OmegaConf.create({})
+    for key, value in overrides.items():
+        OmegaConf.update(cfg, key, value)
+    dt = OmegaConf.to_container(cfg, resolve=True)["distributed_training"]
+    assert (str(dt["distributed_world_size"]), str(dt["distributed_rank"]), str(dt["device_id"])) == ("2", "1", "1")

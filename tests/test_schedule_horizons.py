@@ -87,3 +87,16 @@ def test_an_option_given_on_resume_wins_with_a_warning_and_moves_only_its_own_ho
 
 def warnings_in(caplog):
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_run_option_reads_other_config_groups_under_every_omegaconf():
+    """Was: OmegaConf.select(..., default=None), an argument omegaconf 2.0 (fairseq's pin, omegaconf<2.1) does not
+    take: every model reading its run length under fairseq-hydra-train stopped with a TypeError."""
+    from omegaconf import OmegaConf
+
+    from fairseq_langshare.run_options import run_option
+
+    cfg = OmegaConf.create({"model": {"dropout": 0.1}, "optimization": {"max_update": 400}})
+    assert run_option(cfg.model, "max_update", "optimization") == 400
+    assert run_option(cfg.model, "save_dir", "checkpoint", "checkpoints") == "checkpoints"
+    assert run_option(cfg.model, "dropout", "model") == 0.1
