@@ -101,8 +101,18 @@ def _own_keys(export_cls):
     return {f.name for f in dataclasses.fields(config)} - {f.name for f in dataclasses.fields(TransformerConfig)}
 
 
-def _model_config(model_cfg, changes, export_name: str = PLAIN_ARCH, export_cls=None) -> Dict:
+# the options fairseq's transformer.build_model adds to its config when they are absent: under omegaconf < 2.2
+# (fairseq's setup.py pins omegaconf<2.1) a loaded checkpoint's config is locked (set_struct), so a key added
+# there fails the load ("Key 'max_source_positions' is not in struct"); the export writes them
+_ADDED_AT_BUILD = ("max_source_positions", "max_target_positions", "min_params_to_wrap")
+
+
+def _model_config(model_cfg, changes, export_name: str = PLAIN_ARCH, export_cls=None, task_cfg=None) -> Dict:
     values = _plain(model_cfg)
+    for key in _ADDED_AT_BUILD:
+        if values.get(key) is None:
+            given = config_value(task_cfg, key) if task_cfg is not None else None
+            values[key] = given if given is not None else TransformerConfig.__dataclass_fields__[key].default
     for key, value in changes.items():
         if value is None:
             values.pop(key, None)
@@ -214,7 +224,7 @@ def export_pair(checkpoint, src: str, tgt: str, out_path, verbose: bool = True) 
     if callable(export_name):  # a method whose export model depends on its options (adaptive sparse)
         export_name = export_name(cfg.model)
     export_cls = MODEL_REGISTRY[export_name]
-    model_cfg = _model_config(cfg.model, changes, export_name, export_cls)
+    model_cfg = _model_config(cfg.model, changes, export_name, export_cls, cfg.task)
     _check_export_model(pair_weights, model_cfg, export_cls)
 
     sections = {k: _plain(cfg[k]) for k in cfg if k not in ("model", "task")}

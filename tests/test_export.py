@@ -279,3 +279,28 @@ def test_fairseq_generate_without_the_plugin_in_a_fresh_process(corpus, trained,
     hyps = {int(l.split("\t")[0][2:]): l.split("\t")[2] for l in proc.stdout.splitlines() if l.startswith("H-")}
     assert hyps == full_generate(corpus, trained, "en", "xx")
 
+
+
+def test_an_export_loads_under_the_struct_config_of_omegaconf_before_2_2(corpus, trained, tmp_path):
+    """fairseq's load_checkpoint_to_cpu locks a checkpoint's config (OmegaConf.set_struct) under omegaconf < 2.2,
+    what fairseq's own setup.py pins (omegaconf<2.1): a key the model's build sets must be in it. Was: the exported
+    model config lacked max_source_positions, max_target_positions and min_params_to_wrap, so every export failed
+    to load there ("Key 'max_source_positions' is not in struct")."""
+    import argparse
+
+    from fairseq.models.transformer import TransformerModel
+    from omegaconf import OmegaConf
+
+    out = tmp_path / "en-xx.pt"
+    export_pair(trained, "en", "xx", out, verbose=False)
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(out))
+    OmegaConf.set_struct(state["cfg"], True)  # what fairseq does there
+    weights = state["model"]
+    from fairseq.data import Dictionary
+
+    d = Dictionary()  # its size from the weights
+    while len(d) < weights["encoder.embed_tokens.weight"].size(0):
+        d.add_symbol(f"<tok{len(d)}>")
+    model = TransformerModel.build_model(state["cfg"].model, argparse.Namespace(source_dictionary=d,
+                                                                               target_dictionary=d))
+    model.load_state_dict(weights, strict=True)
