@@ -10,7 +10,8 @@ def requirements():
     with open(os.path.join(HERE, "requirements.txt"), encoding="utf-8") as f:
         lines = [line.split("#")[0].strip() for line in f]
     return [line for line in lines if line] + [
-        # the official fairseq 0.12.2 (from PyPI or a source checkout: an installed one is kept)
+        # fairseq 0.12.2 from a source checkout of main, installed first (kept); PyPI's 0.12.2 is refused at
+        # import (fairseq_langshare/fairseq_build.py)
         'fairseq>=0.12.2; python_version < "3.11"',
         # fairseq 0.12 rebuilt for Python 3.11+ (0.12.2 does not import there); it installs the
         # same `fairseq` package: with fairseq from a source checkout, install with --no-deps

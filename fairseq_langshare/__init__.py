@@ -1,7 +1,7 @@
 """fairseq_langshare: learn, per language, what to share in multilingual NMT.
 
 Importing the package (or ``--user-dir fairseq_langshare``) checks that torch is recent enough
-(``torch_version``), registers the task
+(``torch_version``) and that fairseq is no build it cannot run on (``fairseq_build``), registers the task
 ``multilingual_langshare``, the models and ``langshare_label_smoothed_cross_entropy``, and
 allow-lists the classes fairseq checkpoints hold so they load with ``weights_only=True``; in
 fairseq's console scripts the plugin's errors are then printed as one line (``user_errors``); a gloo
@@ -18,6 +18,12 @@ with interrupted_while_starting():  # the `langshare` command: a Ctrl-C while to
     try:
         torch_version.require_torch()
     except torch_version.TorchTooOldError as error:
+        user_errors.refuse_at_start(error)
+    from . import fairseq_build
+
+    try:
+        fairseq_build.require_fairseq()
+    except fairseq_build.UnsupportedFairseqError as error:
         user_errors.refuse_at_start(error)
 
     from . import checkpoint_safety, data_parallel, distributed_exit, distributed_launch

@@ -117,3 +117,26 @@ def test_langshare_help_prints_only_the_help():
     proc = subprocess.run([sys.executable, "-c", "from fairseq_langshare.cli import main; main(['--help'])"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.startswith("usage: langshare") and proc.stderr == ""
+
+
+@pytest.mark.parametrize("prog", ["fairseq-train", "python"])
+def test_pypis_fairseq_0_12_2_is_one_line_at_import(prog):
+    """PyPI's fairseq 0.12.2 (its encoder layer converts weights for BetterTransformer on load): was 81 models that
+    could not be built, every LSL and multi-stack forward failing and fairseq-generate stopping on padded batches
+    (Python 3.9, fairseq 0.12.2, torch 2.4.1; docs/foundation.md). Now refused at import with what to install."""
+    code = ("import sys; from fairseq.modules.transformer_layer import TransformerEncoderLayerBase as L; "
+            "L._load_from_state_dict = lambda self, *a: None; "  # what PyPI's 0.12.2 defines on the class
+            f"sys.argv = [{prog!r}]; import fairseq_langshare")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": ""}
+    env.pop("LANGSHARE_TRACEBACK", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    message = ("fairseq_langshare cannot run on PyPI's fairseq 0.12.2, whose encoder layers take a BetterTransformer "
+               "path the plugin's layers do not have (it also breaks fairseq-generate under torch 2, fairseq issue "
+               "#4858): install fairseq from source, pip install 'fairseq @ git+https://github.com/facebookresearch/"
+               "fairseq.git' (on Python 3.11: pip install ve-fairseq==0.12.3)")
+    if prog == "python":
+        assert lines[-1] == f"fairseq_langshare.fairseq_build.UnsupportedFairseqError: {message}"
+    else:
+        assert lines == [f"fairseq-train: error: {message}"], done.stderr
