@@ -11,9 +11,12 @@ a ``dataclass=`` registration would break the CLI. fairseq-hydra-train still wor
 node holds the same flat keys.
 """
 
+import argparse
+import functools
 from contextlib import nullcontext
 
 from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.models.transformer import (
     TransformerConfig,
     TransformerDecoderBase,
@@ -25,7 +28,7 @@ from omegaconf import OmegaConf, open_dict
 
 from ..option_ranges import check_ranges
 
-__all__ = ["ConfigTransformerModel"]
+__all__ = ["ConfigTransformerModel", "presets_on_a_namespace"]
 
 
 class ConfigTransformerModel(TransformerModel):
@@ -58,3 +61,46 @@ class ConfigTransformerModel(TransformerModel):
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
         return cls.decoder_class(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+
+
+@functools.lru_cache(maxsize=None)
+def _flat_defaults(config_class) -> dict:
+    """The flat options of ``config_class`` with a plain default (``encoder_embed_dim``: 512); interpolations
+    such as ``max_source_positions`` (``${task...}``) left out."""
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS, allow_abbrev=False)
+    gen_parser_from_dataclass(parser, config_class(), delete_default=False, with_prefix="")
+    return {a.dest: a.default for a in parser._actions if a.dest not in (argparse.SUPPRESS, "help")
+            and a.default is not argparse.SUPPRESS and not (isinstance(a.default, str) and "${" in a.default)}
+
+
+def presets_on_a_namespace() -> None:
+    """Run every preset (``register_model_architecture`` function) of the plugin's models on an
+    ``argparse.Namespace`` of the options given, and write what it sets back, then every option still absent
+    with ``config_class``'s default. fairseq-hydra-train runs a preset on the config's ``model:`` node, and
+    under omegaconf 2.0 (fairseq's own pin, ``omegaconf<2.1``) a key the node lacks reads as None there, not as
+    an AttributeError: every ``getattr(args, "x", default)`` of a preset then kept None (fairseq's trainer
+    compared ``base_layers`` None with 0; latent depth and adaptive sparsity refused a None
+    ``--decoder-normalize-before``). A Namespace behaves alike under every omegaconf."""
+    for arch, model_cls in ARCH_MODEL_REGISTRY.items():
+        preset = ARCH_CONFIG_REGISTRY.get(arch)
+        if (isinstance(model_cls, type) and issubclass(model_cls, ConfigTransformerModel)
+                and preset is not None and not getattr(preset, "_on_a_namespace", False)):
+            ARCH_CONFIG_REGISTRY[arch] = _on_a_namespace(preset, model_cls.config_class)
+
+
+def _on_a_namespace(preset, config_class):
+    @functools.wraps(preset)
+    def run(args):
+        if not OmegaConf.is_config(args):
+            return preset(args)
+        given = argparse.Namespace(**{key: args[key] for key in args})
+        preset(given)
+        with open_dict(args):
+            for key, value in vars(given).items():
+                args[key] = value
+            for key, value in _flat_defaults(config_class).items():
+                if key not in args:
+                    args[key] = value
+
+    run._on_a_namespace = True
+    return run
