@@ -229,10 +229,15 @@ def test_select_pairs_follows_the_papers():
 # ----------------------------------------------------------------------------- configs build
 def _compose(paper, name, overrides):
     from fairseq.dataclass.initialize import hydra_init
-    from hydra import compose, initialize_config_dir
+    try:
+        from hydra import compose, initialize_config_dir
+        version = {"version_base": "1.1"}  # as fairseq 0.12 drives hydra
+    except ImportError:  # hydra 1.0 (fairseq's pin, hydra-core<1.1): the experimental API, no version_base
+        from hydra.experimental import compose, initialize_config_dir
+        version = {}
 
     hydra_init("config")
-    with initialize_config_dir(config_dir=str(REPO / "configs" / "recipes" / paper), version_base="1.1"):  # as fairseq 0.12 drives hydra
+    with initialize_config_dir(config_dir=str(REPO / "configs" / "recipes" / paper), **version):
         return compose(config_name=name, overrides=overrides)
 
 
