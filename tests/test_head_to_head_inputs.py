@@ -8,6 +8,7 @@ what is checked is what the head-to-head reads and writes around them."""
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -232,49 +233,34 @@ def test_failed_runs_are_counted_in_the_last_line(tmp_path, fake_runs, capsys, m
     assert "nothing to report" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_the_figure_of_another_record_is_not_replaced(tmp_path, monkeypatch):
-    """Was: --figure FILE holding another record's head-to-head figure was replaced (the PNG named no
-    record, so any head-to-head figure passed); now its PNG names its record, as the JSON's record.dir does."""
-    from test_head_to_head_report import make_record
-
-    monkeypatch.chdir(tmp_path)
-    for record in ("rec_a", "rec_b"):
-        make_record(record, models=("baseline", "lsl"), seeds=(1,))
-    paths = {"out_md": "", "figure": "figure.png", "readme": ""}
-    head_to_head.head_to_head(report_only=True, record_dir="rec_a", n_samples=10, stream=open(os.devnull, "w"),
-                              out_json="a.json", **paths)
-    before = open("figure.png", "rb").read()
-    with pytest.raises(ValueError, match=r"^--figure figure.png holds the figure of the record rec_a, not of this one "
-                                         r"\(rec_b\), which head-to-head would replace; write to another path or "
-                                         r"move it away$"):
-        head_to_head.head_to_head(report_only=True, record_dir="rec_b", n_samples=10, out_json="b.json", **paths)
-    assert open("figure.png", "rb").read() == before and not os.path.exists("b.json")
-    head_to_head.head_to_head(report_only=True, record_dir="./rec_a/", n_samples=10, stream=open(os.devnull, "w"),
-                              out_json="a.json", **paths)  # its own record's figure is replaced
-
-
-def test_the_sections_of_another_record_are_not_replaced(tmp_path, monkeypatch):
-    """Was: --out-md or --readme FILE whose head-to-head section (method standings) was made from another record
-    got this record's in its place (docs/results.md's section of the head-to-head of record, from a record of one's
-    own). Each names its record, as the JSON's record.dir does; the rest of the file is never touched."""
+@pytest.mark.parametrize("flag,key,what,path", [("--figure", "figure", "figure", "figure.png"),
+                                                 ("--out-md", "out_md", "head-to-head section", "notes.md"),
+                                                 ("--readme", "readme", "method standings", "notes.md")])
+def test_the_outputs_of_another_record_are_not_replaced(tmp_path, monkeypatch, flag, key, what, path):
+    """Was: --figure FILE holding another record's head-to-head figure was replaced (the PNG named no record, so any
+    head-to-head figure passed), and --out-md or --readme FILE whose head-to-head section (method standings) was made
+    from another record got this record's in its place (docs/results.md's section of the head-to-head of record, from
+    a record of one's own). Each names its record now, as the JSON's record.dir does; the rest of a markdown file is
+    never touched."""
     from test_head_to_head_report import make_record
 
     monkeypatch.chdir(tmp_path)
     for record in ("rec_a", "rec_b"):
         make_record(record, models=("baseline", "lsl"), seeds=(1,))
     quiet = open(os.devnull, "w")
-    for flag, key, what in (("--out-md", "out_md", "head-to-head section"), ("--readme", "readme", "method standings")):
-        paths = {"out_md": "", "figure": "", "readme": "", key: "notes.md"}
-        with open("notes.md", "w") as f:
+    paths = {"out_md": "", "figure": "", "readme": "", key: path}
+    if path == "notes.md":
+        with open(path, "w") as f:
             f.write("# my notes\n")
-        head_to_head.head_to_head(report_only=True, record_dir="rec_a", n_samples=10, stream=quiet, out_json="a.json",
-                                  **paths)
-        before = open("notes.md", "rb").read()
-        with pytest.raises(ValueError, match=rf"^{flag} notes.md holds the {what} of the record rec_a, not of this one "
-                                             r"\(rec_b\), which head-to-head would replace; write to another path or "
-                                             r"move it away$"):
-            head_to_head.head_to_head(report_only=True, record_dir="rec_b", n_samples=10, out_json="b.json", **paths)
-        assert open("notes.md", "rb").read() == before and not os.path.exists("b.json")
-        head_to_head.head_to_head(report_only=True, record_dir="./rec_a/", n_samples=10, stream=quiet,
-                                  out_json="a.json", **paths)  # its own record's section is replaced
-        assert open("notes.md").read().startswith("# my notes\n")
+    head_to_head.head_to_head(report_only=True, record_dir="rec_a", n_samples=10, stream=quiet, out_json="a.json",
+                              **paths)
+    before = open(path, "rb").read()
+    with pytest.raises(ValueError, match=rf"^{flag} {re.escape(path)} holds the {what} of the record rec_a, not of "
+                                         r"this one \(rec_b\), which head-to-head would replace; write to another path "
+                                         r"or move it away$"):
+        head_to_head.head_to_head(report_only=True, record_dir="rec_b", n_samples=10, out_json="b.json", **paths)
+    assert open(path, "rb").read() == before and not os.path.exists("b.json")
+    head_to_head.head_to_head(report_only=True, record_dir="./rec_a/", n_samples=10, stream=quiet,
+                              out_json="a.json", **paths)  # its own record's output is replaced
+    if path == "notes.md":
+        assert open(path).read().startswith("# my notes\n")
