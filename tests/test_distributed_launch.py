@@ -125,10 +125,15 @@ def test_torchrun_two_nodes_train_latent_depth_across_its_commit_and_one_process
                     *fairseq_train(corpus, "latent_depth", ckpt)] for node in (0, 1)], tmp_path)
     assert "torchrun: rank 1 of 2, device 0, env://" in outs[1]  # the second node's one process
     assert_two_ranks_trained("".join(outs), "latent_depth")
-    warning = re.compile(r"latent depth committed at update 1: dec layers \d, \d \(of 4\) are kept by no language, "
-                         r"so they train no more .*; every language keeps the same layers \(\d, \d\): 100% of the "
-                         r"selection posteriors were undecided")
-    assert sum(len(warning.findall(out)) for out in outs) == 1  # one line, on rank 0
+    # which layers each language keeps after one update follows the signs of its first gradient (torch's random
+    # numbers): the line is printed where some layer is kept by no trained language, once, on rank 0
+    from fairseq import checkpoint_utils
+
+    model = checkpoint_utils.load_model_ensemble_and_task([str(ckpt / "checkpoint_last.pt")])[0][0]
+    unkept = model.decoder.layer_select.unkept_layers()
+    warning = re.compile(r"latent depth committed at update 1: dec layers? [\d, ]+ \(of 4\) (?:are|is) kept by no "
+                         r"language, so (?:they train|it trains) no more")
+    assert [len(warning.findall(out)) for out in outs] == [1 if unkept else 0, 0], unkept
     assert records(outs[0], "stat_dec_committed")[-1] == "1"
     resumed = train(task_args(corpus) + TRAIN + METHODS["latent_depth"] + [
         "--cpu", "--save-dir", str(ckpt), "--update-freq", "2", "--max-update", "6", "--disable-validation"])
