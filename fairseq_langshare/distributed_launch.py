@@ -125,8 +125,9 @@ def _env(name: str) -> str:
     under omegaconf 2.0, which fairseq's setup.py pins (``omegaconf<2.1``) and which knows no ``oc.env``."""
     import omegaconf
 
-    old = tuple(int(part) for part in omegaconf.__version__.split(".")[:2]) < (2, 1)
-    return "${%s:%s}" % ("env" if old else "oc.env", name)
+    from .torch_version import release
+
+    return "${%s:%s}" % ("env" if release(omegaconf.__version__)[:2] < (2, 1) else "oc.env", name)
 
 
 HYDRA_OVERRIDES = {

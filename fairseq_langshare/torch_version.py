@@ -22,11 +22,11 @@ class TorchTooOldError(ImportError):
 
 
 def release(version: str) -> Tuple[int, ...]:
-    """(major, minor, patch) of a torch version string: ``2.4.1+cu121`` -> (2, 4, 1), ``2.5.0a0+git1a2b`` ->
-    (2, 5, 0)."""
+    """(major, minor, patch) of a version string (torch's, omegaconf's): ``2.4.1+cu121`` -> (2, 4, 1),
+    ``2.5.0a0+git1a2b`` -> (2, 5, 0), ``2.1.0.dev26`` -> (2, 1, 0)."""
     match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
     if match is None:
-        raise ValueError(f"not a torch version: {version!r}")
+        raise ValueError(f"not a version: {version!r}")
     return tuple(int(part or 0) for part in match.groups())
 
 
