@@ -110,9 +110,8 @@ _ADDED_AT_BUILD = ("max_source_positions", "max_target_positions", "min_params_t
 def _model_config(model_cfg, changes, export_name: str = PLAIN_ARCH, export_cls=None, task_cfg=None) -> Dict:
     values = _plain(model_cfg)
     for key in _ADDED_AT_BUILD:
-        if values.get(key) is None:
-            given = config_value(task_cfg, key) if task_cfg is not None else None
-            values[key] = given if given is not None else TransformerConfig.__dataclass_fields__[key].default
+        if values.get(key) is None:  # the task's value, else fairseq's default
+            values[key] = config_value(task_cfg, key, TransformerConfig.__dataclass_fields__[key].default)
     for key, value in changes.items():
         if value is None:
             values.pop(key, None)
