@@ -77,25 +77,34 @@ def test_the_torch_floor(version, refused):
     assert any(str(s) == ">=2.4" for r in requirements() if r.name == "torch" for s in r.specifier)
 
 
+# fairseq installed from a source checkout compiles its modules at first import, and one of them
+# (tasks/multires_hubert_pretraining.py) has an `is not` with a literal: a SyntaxWarning of fairseq's own, once
+SOURCE_FAIRSEQ_WARNINGS = "ignore::SyntaxWarning"
+
+
+def _refused_at_import(code):
+    """stderr's lines of ``python -c code`` in a fresh process, which must exit with status 1."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": SOURCE_FAIRSEQ_WARNINGS}
+    env.pop("LANGSHARE_TRACEBACK", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr
+    return done.stderr.strip().splitlines()
+
+
 @pytest.mark.parametrize("prog", ["langshare", "/env/bin/fairseq-train", "python"])
 def test_an_older_torch_is_one_line_at_import(prog):
     """What a user with torch 1.13 sees on importing the plugin: in the langshare command and in fairseq's
     console scripts (--user-dir) one line and exit status 1, not a TypeError deep inside an export; in library
     use an ImportError."""
-    code = (f"import sys, torch; torch.__version__ = '1.13.1+cu117'; sys.argv = [{prog!r}]; "
-            "import fairseq_langshare")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": ""}
-    env.pop("LANGSHARE_TRACEBACK", None)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 1, done.stderr
-    lines = done.stderr.strip().splitlines()
+    lines = _refused_at_import(f"import sys, torch; torch.__version__ = '1.13.1+cu117'; sys.argv = [{prog!r}]; "
+                               "import fairseq_langshare")
     if prog == "python":
         assert lines[-1].startswith("fairseq_langshare.torch_version.TorchTooOldError: fairseq_langshare needs torch")
         return
     name = os.path.basename(prog)
     assert lines == [f"{name}: error: fairseq_langshare needs torch >= 2.4, this environment has torch 1.13.1+cu117 "
                      "(older releases cannot load fairseq checkpoints weights-only): pip install 'torch>=2.4' (for a "
-                     "GPU, the CUDA build for your driver, as pytorch.org's selector gives it)"], done.stderr
+                     "GPU, the CUDA build for your driver, as pytorch.org's selector gives it)"], lines
 
 
 # str methods 3.9 added, which a 3.8 parse accepts
@@ -111,11 +120,6 @@ def test_package_code_parses_as_python_3_8():
         assert not calls, f"{path}:{calls[0]}: str.removeprefix/removesuffix need Python 3.9"
 
 
-# fairseq installed from a source checkout compiles its modules at first import, and one of them
-# (tasks/multires_hubert_pretraining.py) has an `is not` with a literal: a SyntaxWarning of fairseq's own, once
-SOURCE_FAIRSEQ_WARNINGS = "ignore::SyntaxWarning"
-
-
 def test_langshare_help_prints_only_the_help():
     """No "Please install tensorboardX" (fairseq's text_to_speech task logs it at import) nor other noise."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": SOURCE_FAIRSEQ_WARNINGS}
@@ -129,14 +133,10 @@ def test_pypis_fairseq_0_12_2_is_one_line_at_import(prog):
     """PyPI's fairseq 0.12.2 (its encoder layer converts weights for BetterTransformer on load): was 81 models that
     could not be built, every LSL and multi-stack forward failing and fairseq-generate stopping on padded batches
     (Python 3.9, fairseq 0.12.2, torch 2.4.1; docs/foundation.md). Now refused at import with what to install."""
-    code = ("import sys; from fairseq.modules.transformer_layer import TransformerEncoderLayerBase as L; "
-            "L._load_from_state_dict = lambda self, *a: None; "  # what PyPI's 0.12.2 defines on the class
-            f"sys.argv = [{prog!r}]; import fairseq_langshare")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": SOURCE_FAIRSEQ_WARNINGS}
-    env.pop("LANGSHARE_TRACEBACK", None)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 1, done.stderr
-    lines = done.stderr.strip().splitlines()
+    lines = _refused_at_import(
+        "import sys; from fairseq.modules.transformer_layer import TransformerEncoderLayerBase as L; "
+        "L._load_from_state_dict = lambda self, *a: None; "  # what PyPI's 0.12.2 defines on the class
+        f"sys.argv = [{prog!r}]; import fairseq_langshare")
     message = ("fairseq_langshare cannot run on PyPI's fairseq 0.12.2, whose encoder layers take a BetterTransformer "
                "path the plugin's layers do not have (it also breaks fairseq-generate under torch 2, fairseq issue "
                "#4858): install fairseq from source, pip install 'fairseq @ git+https://github.com/facebookresearch/"
@@ -144,4 +144,4 @@ def test_pypis_fairseq_0_12_2_is_one_line_at_import(prog):
     if prog == "python":
         assert lines[-1] == f"fairseq_langshare.fairseq_build.UnsupportedFairseqError: {message}"
     else:
-        assert lines == [f"fairseq-train: error: {message}"], done.stderr
+        assert lines == [f"fairseq-train: error: {message}"], lines
