@@ -44,14 +44,17 @@ def in_fairseq_training() -> bool:
 
 def resumed_checkpoint(args) -> str:
     """The checkpoint fairseq-train loads at start, as ``checkpoint_utils.load_checkpoint`` finds it (it may not
-    exist): ``checkpoint_last{--checkpoint-suffix}.pt`` of ``--save-dir`` by default, ``--continue-once`` while
-    that does not exist yet, else ``--restore-file`` with the suffix."""
+    exist): ``checkpoint_last{--checkpoint-suffix}.pt`` of ``--save-dir`` by default; while that does not exist
+    yet, ``--continue-once``, else ``--finetune-from-model``; else ``--restore-file`` with the suffix."""
     suffix = run_option(args, "checkpoint_suffix", "checkpoint", "")
     restore = run_option(args, "restore_file", "checkpoint") or "checkpoint_last.pt"
     if restore != "checkpoint_last.pt":
         return restore.replace(".pt", suffix + ".pt")
     own = os.path.join(run_option(args, "save_dir", "checkpoint") or "checkpoints", f"checkpoint_last{suffix}.pt")
-    return own if os.path.exists(own) else (run_option(args, "continue_once", "checkpoint") or own)
+    if os.path.exists(own):
+        return own
+    return (run_option(args, "continue_once", "checkpoint") or run_option(args, "finetune_from_model", "checkpoint")
+            or own)
 
 
 def resumes_own_checkpoint(args) -> bool:

@@ -92,3 +92,19 @@ def test_latent_depth_resumed_past_its_commit_trains_with_fairseqs_criterion(cor
     state = torch.load(save / "checkpoint_last.pt", weights_only=True)
     assert state["optimizer_history"][-1]["criterion_name"] == "LabelSmoothedCrossEntropyCriterion"
     assert state["optimizer_history"][-1]["num_updates"] == 2
+
+
+def test_latent_depth_committed_fine_tuned_into_a_new_run_with_fairseqs_criterion(corpus, tmp_path):
+    """``--finetune-from-model`` of a committed latent-depth checkpoint into a new --save-dir trains with fairseq's
+    criterion, as the resume above does: fairseq loads that file when the new directory has no checkpoint_last.pt.
+    Was refused ('adds auxiliary losses (kl ...)'): the check read only the run's own checkpoint."""
+    base = task_args(corpus) + PLAIN[:-2] + ["--arch", "latent_depth_transformer_tiny", "--latent-commit-updates", "1"]
+    train(base + ["--criterion", "langshare_label_smoothed_cross_entropy", "--max-update", "3",
+                  "--save-dir", str(tmp_path / "pretrained")])
+    tuned = tmp_path / "tuned"
+    train(base + FAIRSEQ_LS + ["--finetune-from-model", str(tmp_path / "pretrained" / "checkpoint_last.pt"),
+                               "--max-update", "2", "--save-dir", str(tuned)])
+    state = torch.load(tuned / "checkpoint_last.pt", weights_only=True)
+    assert state["optimizer_history"][-1]["criterion_name"] == "LabelSmoothedCrossEntropyCriterion"
+    assert state["optimizer_history"][-1]["num_updates"] == 2
+    assert all(bool(v) for k, v in state["model"].items() if k.endswith("layer_select.committed"))

@@ -117,6 +117,17 @@ def test_resuming_with_another_batch_per_update_says_so(corpus, tmp_path, caplog
     assert not [r for r in caplog.records if "batches per update" in r.getMessage()]  # as the last run trained
 
 
+def test_resuming_with_the_same_update_freq_says_nothing(corpus, tmp_path, caplog):
+    """A run trained and resumed with --update-freq 2 takes the batch it trained with. Was: the task's options
+    had no --update-freq (its config did not carry it), so the resume read 1 and warned 'each update now takes
+    1/2 of the batch it trained with; pass --update-freq 2', which the user had passed."""
+    save = str(tmp_path / "ckpt")
+    train(task_args(corpus) + TRAIN + ["--max-update", "2", "--update-freq", "2", "--save-dir", save])
+    with caplog.at_level(logging.WARNING):
+        train(task_args(corpus) + TRAIN + ["--max-update", "3", "--update-freq", "2", "--save-dir", save])
+    assert not [r.getMessage() for r in caplog.records if "batches per update" in r.getMessage()]
+
+
 @pytest.mark.parametrize("change,message", [
     (["--langs", "yy,en,xx"], "numbered in --langs order; pass --langs en,xx,yy"),
     (["--arch", "lsl_transformer_tiny", "--lsl-encoder-layers", "SRC={1}"],  # before the weights are loaded

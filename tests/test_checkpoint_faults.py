@@ -168,6 +168,19 @@ def test_fairseqs_checkpoint_load_is_weights_only_on_every_supported_torch(tmp_p
     assert seen == [forced] and "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
 
 
+def test_fairseq_train_names_a_continue_once_checkpoint_past_max_update(corpus, tmp_path):
+    """The same through fairseq-train, whose task options are built from the task's config. Was '--restore-file
+    .../new/checkpoint_last.pt', a file that does not exist: that config did not carry --continue-once."""
+    other = tmp_path / "other"
+    train(task_args(corpus) + TRAIN + ["--max-update", "3", "--save-dir", str(other)])
+    last = other / "checkpoint_last.pt"
+    line = fairseq_error(train, task_args(corpus) + TRAIN + ["--max-update", "2", "--save-dir", str(tmp_path / "new"),
+                                                            "--continue-once", str(last)])
+    assert line.startswith(f"fairseq-train: error: --continue-once {last} was trained for 3 updates, more than "
+                           "--max-update 2: "), line
+    assert not (tmp_path / "new" / "checkpoint_last.pt").exists()
+
+
 def test_a_continue_once_checkpoint_past_max_update_is_named_by_its_flag(tmp_path):
     """--continue-once (a first launch starting from another run's checkpoint) names that file and its flag, not a
     checkpoint_last.pt that does not exist or '--restore-file None'."""

@@ -22,7 +22,7 @@ import os
 import re
 from enum import Enum
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -108,10 +108,16 @@ class MultilingualLangshareConfig(FairseqDataclass):
     seed: int = II("common.seed")
     dataset_impl: Optional[str] = II("dataset.dataset_impl")
     train_subset: str = II("dataset.train_subset")
-    # read by the task to refuse a resume past --max-update (``check_resumed_updates``)
+    # read by the task from the checkpoint a run starts from (``run_options.resumed_checkpoint``): a resume past
+    # --max-update, a changed batch per update, the criterion's check. fairseq-train builds the task's options
+    # from these fields only, so every option the task reads is one of them.
     max_update: int = II("optimization.max_update")
+    update_freq: List[int] = II("optimization.update_freq")
     save_dir: str = II("checkpoint.save_dir")
     restore_file: str = II("checkpoint.restore_file")
+    checkpoint_suffix: str = II("checkpoint.checkpoint_suffix")
+    continue_once: Optional[str] = II("checkpoint.continue_once")
+    finetune_from_model: Optional[str] = II("checkpoint.finetune_from_model")
 
 
 LANG_KEYS = ("src_lang_id", "tgt_lang_id")
