@@ -105,3 +105,18 @@ def test_a_run_without_gate_noise_needs_no_max_update(corpus, tmp_path):
     records = train(task_args(corpus) + argv)
     assert checkpoint_updates(tmp_path / "run" / "checkpoint_last.pt") > 0
     assert last(records, "stat_noise_alpha") == 0 and last(records, "aux_budget") > 0  # the budget still trains
+
+
+def test_noise_added_on_resume_of_a_run_without_noise_ramps_over_this_run(corpus, tmp_path):
+    """A run trained with --clsr-max-noise 0 and no --max-update (its saved ramp: 0, no length) resumed with noise
+    and --max-update ramps alpha(t) over this run's --max-update. Was: the checkpoint's 0 replaced it and the first
+    forward stopped with 'pass --max-update N', which the run had passed."""
+    argv = clsr_args(tmp_path / "run", 0.3, 0, 0, "--clsr-max-noise", "0")
+    at = argv.index("--max-update")
+    argv[at:at + 2] = ["--max-epoch", "1"]
+    train(task_args(corpus) + argv)
+    trained = checkpoint_updates(tmp_path / "run" / "checkpoint_last.pt")
+    resumed = trained + 4
+    records = train(task_args(corpus) + clsr_args(tmp_path / "run", 0.3, resumed, 0, "--clsr-max-noise", "2"))
+    assert checkpoint_updates(tmp_path / "run" / "checkpoint_last.pt") == resumed
+    assert last(records, "stat_noise_alpha") == pytest.approx(2 * (resumed - 1) / resumed, rel=0.01)

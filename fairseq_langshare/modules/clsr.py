@@ -121,7 +121,8 @@ class ClsrUnit(nn.Module, ScheduledModule):
         self.__dict__["languages"] = languages
         self.gate = ClsrGate(dim, gate_dim) if mode in ("learned", "soft") else None
         self.max_noise, self.noise_ramp_updates = max_noise, noise_ramp_updates
-        keep_horizons(self, {"noise_ramp_updates": "--clsr-noise-ramp-updates"})
+        # a ramp saved as 0 is a run without noise (or without --max-update: refused with noise)
+        keep_horizons(self, {"noise_ramp_updates": "--clsr-noise-ramp-updates"}, unset_by_zero=("noise_ramp_updates",))
         # per-call state in a plain dict (nn.Module.__setattr__ is slow on the decoding path):
         # "gates" armed for the next forward, "last" = (gates, padding mask) for the budget,
         # "fold" the folded inference weights of this call (None: unfolded), "folded" their cache

@@ -49,15 +49,17 @@ class ScheduledModule:
         self.num_updates = int(num_updates)
 
 
-def keep_horizons(module: nn.Module, options: Dict[str, str]) -> None:
+def keep_horizons(module: nn.Module, options: Dict[str, str], unset_by_zero: Collection[str] = ()) -> None:
     """Save ``module``'s schedule horizons in its state dict (entry ``schedule_horizons``).
 
     ``options`` maps each horizon, an int attribute of ``module``, to the option that sets it. On
     load, a horizon whose option the command line did not give (``set_given_options``) takes the
     checkpoint's value, the run's; one it gave keeps the command line's, with a warning when the
-    two differ (the schedule changes mid-run). A checkpoint saved before horizons were saved loads
-    with the module's own values."""
-    module.__dict__["_horizons"] = {"options": dict(options), "run": {"given": frozenset(), "told": set()}}
+    two differ (the schedule changes mid-run). A horizon named in ``unset_by_zero`` saved as 0 had no
+    length (a run with nothing to schedule, such as CLSR without noise) and leaves this run's. A
+    checkpoint saved before horizons were saved loads with the module's own values."""
+    module.__dict__["_horizons"] = {"options": dict(options), "unset_by_zero": frozenset(unset_by_zero),
+                                    "run": {"given": frozenset(), "told": set()}}
     module._register_state_dict_hook(_save_horizons)
     module._register_load_state_dict_pre_hook(_load_horizons, with_module=True)
 
@@ -90,13 +92,15 @@ def _load_horizons(module, state_dict, prefix, *args):
         now = int(getattr(module, name))
         if now == then:
             continue
-        given = option in run["given"]
-        if given:
-            message = (f"{option} {now} replaces the checkpoint's {then}: the schedule changes mid-run "
-                       f"(drop {option} to continue the run's)")
+        level = logging.INFO
+        if then == 0 and name in horizons["unset_by_zero"]:
+            message = f"{option}: the checkpoint's run had no schedule (0), this one's is {now}"
+        elif option in run["given"]:
+            level, message = logging.WARNING, (f"{option} {now} replaces the checkpoint's {then}: the schedule "
+                                               f"changes mid-run (drop {option} to continue the run's)")
         else:
             message = f"{option}: the checkpoint's {then}, the run's schedule (this --max-update would give {now})"
             setattr(module, name, then)
         if message not in run["told"]:
             run["told"].add(message)
-            logger.log(logging.WARNING if given else logging.INFO, message)
+            logger.log(level, message)
