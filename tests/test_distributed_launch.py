@@ -116,9 +116,10 @@ def test_a_hydra_rank_training_alone_is_refused_in_one_line_with_the_overrides_i
     assert not list((tmp_path / "ckpt").iterdir())  # fairseq made it at start, nothing was trained into it
 
 
-def test_torchrun_two_nodes_train_latent_depth_across_its_commit_and_one_process_resumes(corpus, tmp_path):
+def test_torchrun_two_nodes_train_latent_depth_across_its_commit_and_one_process_resumes(corpus, tmp_path, caplog):
     """Commit at update 1 (a 32nd of 4, at least 1): the layers no language keeps are named once;
-    then one process with --update-freq 2 resumes the committed model (2 -> 1)."""
+    then one process with --update-freq 2 resumes the committed model (2 -> 1), with the batch per update it
+    trained with, so nothing warns of another (was: 'pass --update-freq 2 to keep it', read as 1)."""
     port, ckpt = free_port(), tmp_path / "ckpt"
     outs = launch([[str(BIN / "torchrun"), "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
                     "--master-addr", "127.0.0.1", "--master-port", str(port),
@@ -137,6 +138,7 @@ def test_torchrun_two_nodes_train_latent_depth_across_its_commit_and_one_process
     assert records(outs[0], "stat_dec_committed")[-1] == "1"
     resumed = train(task_args(corpus) + TRAIN + METHODS["latent_depth"] + [
         "--cpu", "--save-dir", str(ckpt), "--update-freq", "2", "--max-update", "6", "--disable-validation"])
+    assert not [r.getMessage() for r in caplog.records if "batches per update" in r.getMessage()]
     steps = [r for r in resumed if "stat_dec_committed" in r]
     assert [int(float(r["num_updates"])) for r in steps] == [5, 6]
     assert all(float(r["stat_dec_committed"]) == 1 and float(r["stat_dec_kept"]) == 2 for r in steps)
