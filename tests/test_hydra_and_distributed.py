@@ -45,6 +45,27 @@ def test_hydra_train_with_the_demo_config(corpus, tmp_path, precision):
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
 
 
+def test_hydra_train_multistack_knows_its_directions_and_arch(corpus, tmp_path):
+    """Under fairseq-hydra-train the model's options are the model node, without the task's --lang-pairs or an
+    ``arch`` key. Was: multi-stacks read the directions from there, found none, and neither warned that 2 of the 3
+    encoders never train nor left them out of DDP (fairseq-train does both); and every method stored its class
+    name (``MultistackTransformerModel``) as the checkpoint's --arch, which a refused resume then told the user to
+    pass."""
+    import torch
+    from fairseq_langshare.languages import decode_settings
+
+    out = run([str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "configs"), "--config-name", "demo",
+               f"common.user_dir={PKG_DIR}", f"task.data={corpus['bin']}", "task.langs='en,xx,yy'",
+               "task.lang_pairs='en-xx,en-yy'", "model._name=langshare_multistack_transformer_tiny",
+               "+model.multi_encoder=src-lang", "+model.multi_decoder=tgt-lang", "optimization.max_update=1",
+               "dataset.max_tokens=500", f"checkpoint.save_dir={tmp_path / 'ckpt'}",
+               "checkpoint.save_interval_updates=0"], cwd=tmp_path)
+    assert out.count("--multi-encoder src-lang: no training direction of --lang-pairs has a source language in "
+                     "xx, yy, so 2 of the 3 encoders never train") == 1, out[-3000:]
+    state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", weights_only=True)
+    assert decode_settings(state["model"]["lang_inventory"])["arch"] == "langshare_multistack_transformer_tiny"
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

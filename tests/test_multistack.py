@@ -550,3 +550,15 @@ def test_stacks_no_training_direction_reaches_are_named_in_one_warning(corpus, f
         build(corpus, families, *flags, pairs=["en-xx", "xx-yy", "yy-en"])  # every language on both sides
         build(corpus, families, "--multi-encoder", "src-family", pairs=["en-yy", "xx-en"])  # Germanic, Romance
     assert not [r for r in caplog.records if "never train" in r.getMessage()]
+
+
+def test_lang_pairs_given_as_a_file_route_as_the_list(corpus, families, tmp_path):
+    """--lang-pairs FILE (one pair per line, as the task accepts) gives the directions the list gives. Was:
+    ``ValueError: not enough values to unpack`` at build, from the file's path split at '-'."""
+    listed = tmp_path / "pairs.txt"
+    listed.write_text("en-xx\nen-yy\n")
+    flags = ("--multi-encoder", "src-lang", "--multi-decoder", "tgt-lang")
+    _, model, _ = build(corpus, families, *flags, "--lang-pairs", str(listed), pairs=["en-xx", "en-yy"])
+    assert model.trained_codes == {"src": ["en"], "tgt": ["xx", "yy"]}
+    _, same, _ = build(corpus, families, *flags, pairs=["en-xx", "en-yy"])
+    assert {id(p) for p in model.idle_parameters()} and len(model.idle_parameters()) == len(same.idle_parameters())

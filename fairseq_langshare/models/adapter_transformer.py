@@ -267,8 +267,8 @@ class AdapterTransformerModel(LanguageAwareTransformerModel):
         return total - unused
 
     # the pair table names languages in its messages: keep it on the model's inventory
-    def attach_inventory(self, inventory):
-        super().attach_inventory(inventory)
+    def attach_inventory(self, inventory, arch=None):
+        super().attach_inventory(inventory, arch)
         self._refresh_pair_table()
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):

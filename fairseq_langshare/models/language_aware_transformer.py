@@ -166,14 +166,22 @@ class LanguageAwareTransformerModel(ConfigTransformerModel):
     def langs(self) -> List[str]:
         return decode_inventory(self.lang_inventory)
 
-    def attach_inventory(self, inventory: LanguageInventory):
+    def attach_inventory(self, inventory: LanguageInventory, arch: Optional[str] = None):
         """Called by the task after building: ids the task emits index ``inventory``; its language-token
-        flags and this model's ``--arch`` are stored with it."""
+        flags and this model's ``--arch`` (the task's ``arch``: fairseq-hydra-train's model node has no
+        ``arch``, it names it ``_name``) are stored with it."""
         self.inventory = inventory
+        if arch:
+            self._arch_name = arch
         self.lang_inventory = self._encoded_inventory()
 
+    @property
+    def arch_name(self) -> str:
+        """The ``--arch`` this model was built as (its class name where nothing says)."""
+        return getattr(self, "_arch_name", None) or str(getattr(self.args, "arch", None) or type(self).__name__)
+
     def _encoded_inventory(self):
-        settings = {**self.inventory.tokens, "arch": str(getattr(self.args, "arch", None) or type(self).__name__),
+        settings = {**self.inventory.tokens, "arch": self.arch_name,
                     **({"dictionary": self.inventory.dictionary} if self.inventory.dictionary else {})}
         return encode_inventory(self.inventory.langs, settings).to(self.lang_inventory.device)
 
@@ -210,6 +218,6 @@ class LanguageAwareTransformerModel(ConfigTransformerModel):
             f"shapes {'; '.join(shapes[:2])}" if shapes else "") if part)
         arch = decode_settings(stored).get("arch") if stored is not None else None
         was = f"holds a {arch} model" if arch else "holds other weights"
-        here = getattr(self.args, "arch", None) or type(self).__name__
+        here = self.arch_name
         return (f"the checkpoint {was} but this run builds {here} ({details}); resume with the flags it was trained "
                 f"with{f' (--arch {arch})' if arch else ''} or train into another --save-dir")

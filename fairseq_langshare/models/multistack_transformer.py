@@ -52,7 +52,7 @@ from ..modules.language_specific_layer import (
 )
 from ..modules.routing import LanguageGroupIds
 from .langshare_transformer import size_preset, small_preset, tiny_preset
-from .latent_depth_transformer import language_codes_by_side
+from .latent_depth_transformer import trained_language_codes
 from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
 
 logger = logging.getLogger(__name__)
@@ -286,8 +286,7 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
             plan = make_plan(args, list(inventory.langs))
         except LanguageFamilyError as e:
             raise MultistackConfigError(str(e)) from None
-        pairs = getattr(args, "lang_pairs", None) or []  # the training directions, also in a loaded checkpoint
-        trained = language_codes_by_side(pairs.split(",") if isinstance(pairs, str) else pairs, inventory)
+        trained = trained_language_codes(task, inventory)  # the task's, parsed: a file, a hydra node alike
         warn_untrained_stacks(plan, trained)
         cfg = cls.config_class.from_namespace(args)
         cfg.multistack_plan = plan

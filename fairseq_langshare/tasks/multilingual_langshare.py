@@ -245,9 +245,10 @@ def check_resumed_updates(update_num: int, args) -> None:
                                f"a new run (--finetune-from-model {path} to start it from these weights)")
 
 
-def _arch(cfg) -> str:
-    """The --arch of a model's options (fairseq-hydra-train's node names it ``_name``)."""
-    return str(getattr(cfg, "arch", None) or getattr(cfg, "_name", None) or "the model")
+def _arch(cfg) -> Optional[str]:
+    """The --arch of a model's options (fairseq-hydra-train's node names it ``_name``); None where neither says."""
+    arch = getattr(cfg, "arch", None) or getattr(cfg, "_name", None)
+    return str(arch) if arch else None
 
 
 def refuse_changed_flags(cfg, model, arch) -> None:
@@ -363,11 +364,11 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
         if hasattr(model, "attach_inventory"):
-            model.attach_inventory(self.inventory)
+            model.attach_inventory(self.inventory, _arch(cfg))
         if not from_checkpoint:  # a run starts (not a decoding)
             check_half_precision_device(cfg)
             check_training_is_distributed()
-            self._training_model, self._arch = model, _arch(cfg)
+            self._training_model, self._arch = model, _arch(cfg) or "the model"
             refuse_changed_flags(cfg, model, self._arch)  # first: a changed --arch explains the rest
             if hasattr(model, "check_training_run"):
                 model.check_training_run(cfg)
