@@ -552,6 +552,23 @@ def test_stacks_no_training_direction_reaches_are_named_in_one_warning(corpus, f
     assert not [r for r in caplog.records if "never train" in r.getMessage()]
 
 
+def test_decoding_a_direction_does_not_warn_of_untrained_stacks(corpus, tmp_path, caplog):
+    """The warning belongs to the training run. Was: fairseq-generate -s xx -t yy (fairseq's task then holds only
+    that pair) warned that the en encoder, which trained, never trains."""
+    from tiny_corpus import generate
+
+    save = tmp_path / "ckpt"
+    flags = ["--arch", ARCH, "--multi-encoder", "src-lang", "--multi-decoder", "tgt-lang"]
+    with caplog.at_level("WARNING", logger="fairseq_langshare.models.multistack_transformer"):
+        train(task_args(corpus) + TRAIN + flags + ["--max-update", "1", "--save-dir", str(save)])
+    assert len([r for r in caplog.records if "never train" in r.getMessage()]) == 2  # encoders, decoders
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fairseq_langshare.models.multistack_transformer"):
+        generate(task_args(corpus) + ["--path", str(save / "checkpoint_last.pt"), "--gen-subset", "test", "-s", "xx",
+                                      "-t", "yy", "--beam", "1", "--cpu", "--max-tokens", "1000"])
+    assert not [r.getMessage() for r in caplog.records if "never train" in r.getMessage()]
+
+
 def test_lang_pairs_given_as_a_file_route_as_the_list(corpus, families, tmp_path):
     """--lang-pairs FILE (one pair per line, as the task accepts) gives the directions the list gives. Was:
     ``ValueError: not enough values to unpack`` at build, from the file's path split at '-'."""

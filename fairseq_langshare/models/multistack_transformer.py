@@ -287,7 +287,6 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
         except LanguageFamilyError as e:
             raise MultistackConfigError(str(e)) from None
         trained = trained_language_codes(task, inventory)  # the task's, parsed: a file, a hydra node alike
-        warn_untrained_stacks(plan, trained)
         cfg = cls.config_class.from_namespace(args)
         cfg.multistack_plan = plan
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
@@ -300,6 +299,12 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
         model = super(TransformerModel, cls).build_model(cfg, task)  # fairseq's TransformerModelBase
         model.trained_codes = trained
         return model
+
+    def check_training_run(self, args) -> None:
+        """A training run also names the stacks its directions never reach (not a decoding, whose task holds
+        only the pair it decodes)."""
+        super().check_training_run(args)
+        warn_untrained_stacks(self.cfg.multistack_plan, self.trained_codes)
 
     def stacks(self):
         return [(name, stack) for name, stack in (("encoder", self.encoder), ("decoder", self.decoder))
