@@ -9,6 +9,8 @@ patched: fairseq's own errors keep their traceback, and so does every error outs
 (tests, notebooks, library use). ``LANGSHARE_TRACEBACK=1`` keeps the traceback everywhere. Under
 ``fairseq-hydra-train`` the plugin sets ``HYDRA_FULL_ERROR=1`` (unless set), so that hydra raises a job's error
 to the hook instead of printing it with a traceback itself; fairseq's own errors then show hydra's frames too.
+There, an option of the plugin's task, criterion or model config that does not exist or does not take the
+value given (omegaconf's ``ConfigKeyError``, ``ValidationError``) is the user's too: one line naming the key.
 
 An error is the plugin's when its class is defined in the package, or when the package's code raised it with a
 ``raise`` statement (a deliberate refusal, not a bug surfacing from a call), or when such an error is what a
@@ -80,9 +82,41 @@ def message(error: BaseException) -> str:
 
 
 def error_line(error: BaseException, prog: str) -> Optional[str]:
-    """``PROG: error: MESSAGE`` for the plugin's error in ``error``; None leaves the traceback to Python."""
+    """``PROG: error: MESSAGE`` for the plugin's error in ``error``, or for a mistyped option of one of its
+    configs under fairseq-hydra-train; None leaves the traceback to Python."""
     found = plugin_error(error)
-    return None if found is None else f"{prog}: error: {message(found)}"
+    if found is None:
+        said = _config_error(error) if prog == "fairseq-hydra-train" else None
+        return None if said is None else f"{prog}: error: {said}"
+    return f"{prog}: error: {message(found)}"
+
+
+def _config_error(error: BaseException) -> Optional[str]:
+    """What omegaconf's error says of a key (a ConfigKeyError: no such option) or a value (a ValidationError:
+    not of the option's type) of the plugin's task, criterion or model config, with the override that names it
+    (``task.KEY``); None for any other error."""
+    from omegaconf.errors import ConfigKeyError, ValidationError
+
+    if not isinstance(error, (ConfigKeyError, ValidationError)):
+        return None
+    config = getattr(error, "object_type", None)
+    module = getattr(config, "__module__", "")
+    if not (module == PACKAGE or module.startswith(PACKAGE + ".")):
+        return None  # fairseq's own configs keep hydra's report
+    from fairseq.criterions import CRITERION_DATACLASS_REGISTRY
+    from fairseq.models import MODEL_DATACLASS_REGISTRY
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY
+
+    group = next((name for name, registry in (("task", TASK_DATACLASS_REGISTRY), ("criterion",
+                  CRITERION_DATACLASS_REGISTRY), ("model", MODEL_DATACLASS_REGISTRY))
+                  if any(config is c for c in registry.values())), None)
+    key = getattr(error, "full_key", None) or getattr(error, "key", None)
+    if group is None or not key:
+        return None
+    said = message(getattr(error, "msg", None) or error)
+    if isinstance(error, ConfigKeyError):
+        return f"{group}.{key}: no such option of the {group} ({said}): check the key's spelling"
+    return f"{group}.{key}: {said}: check the value's type"
 
 
 def refuse_at_start(error: Exception) -> None:

@@ -4,6 +4,7 @@ group destroyed before the interpreter exits."""
 
 import json
 import os
+import re
 import concurrent.futures
 import socket
 import subprocess
@@ -64,6 +65,29 @@ def test_hydra_train_multistack_knows_its_directions_and_arch(corpus, tmp_path):
                      "xx, yy, so 2 of the 3 encoders never train") == 1, out[-3000:]
     state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", weights_only=True)
     assert decode_settings(state["model"]["lang_inventory"])["arch"] == "langshare_multistack_transformer_tiny"
+
+
+@pytest.mark.parametrize("override,says", [
+    ("+task.sampling_temperatur=3", r"task\.sampling_temperatur: no such option of the task \(Key "
+                                    r"'sampling_temperatur' not in 'MultilingualLangshareConfig'\): check the key's "
+                                    r"spelling"),
+    ("task.sampling_temperature=abc", r"task\.sampling_temperature: Value 'abc' (of type 'str' )?could not be "
+                                      r"converted to Float: check the value's type"),  # omegaconf 2.0: no type
+    ("+criterion.label_smothing=0.1", r"criterion\.label_smothing: no such option of the criterion \(Key "
+                                      r"'label_smothing' not in 'LangshareCriterionConfig'\): check the key's "
+                                      r"spelling"),
+])
+def test_a_mistyped_override_of_the_plugins_config_is_one_line(corpus, tmp_path, override, says):
+    """Was a 40-frame hydra and omegaconf traceback (the plugin sets HYDRA_FULL_ERROR=1 so that its own refusals
+    reach its one-line report; a typo in its task's or criterion's options is the user's too)."""
+    cmd = [str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "configs"), "--config-name", "demo",
+           f"common.user_dir={PKG_DIR}", f"task.data={corpus['bin']}", "task.langs='en,xx,yy'",
+           "task.lang_pairs='en-xx,en-yy'", "model._name=langshare_transformer_tiny", "optimization.max_update=1",
+           f"checkpoint.save_dir={tmp_path / 'ckpt'}", override]
+    proc = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert re.fullmatch("fairseq-hydra-train: error: " + says, proc.stderr.strip().splitlines()[-1]), proc.stderr[-500:]
 
 
 def free_port():
