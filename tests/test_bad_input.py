@@ -38,7 +38,7 @@ def broken_copy(source, kind, target):
     # fixed bytes, not os.urandom: about 1 in 12 random files made torch's weights-only unpickler
     # raise IndexError or KeyError rather than UnpicklingError (a traceback, once in make test)
     target.write_bytes({"truncated": data[: len(data) // 3], "zero-byte": b"",
-                        "random-bytes": random.Random(0).randbytes(5000),
+                        "random-bytes": random.Random(0).getrandbits(5000 * 8).to_bytes(5000, "little"),
                         "pickle-stack-underflow": b"\x80\x02R",  # IndexError in torch's unpickler
                         "pickle-missing-memo": b"\x80\x02h\x00"}[kind])  # KeyError there
     return target

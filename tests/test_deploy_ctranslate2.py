@@ -3,10 +3,12 @@ CTranslate2 translates like fairseq-generate on the same exported checkpoint."""
 
 import io
 import json
+import os
 import sys
 
 import pytest
 import sacrebleu
+import torch
 
 from fairseq_langshare.cli import main as langshare
 from fairseq_langshare.data.corpus_build import sha256
@@ -389,7 +391,7 @@ def test_export_through_a_symlinked_out_replaces_its_target(trained, tmp_path, c
     assert langshare(export + ["--out", str(tmp_path / "v1"), "--quantization", "int8"]) == 0
     (tmp_path / "current").symlink_to("v1")
     assert langshare(export + ["--out", str(tmp_path / "current")]) == 0
-    assert (tmp_path / "current").is_symlink() and str((tmp_path / "current").readlink()) == "v1"
+    assert (tmp_path / "current").is_symlink() and os.readlink(tmp_path / "current") == "v1"
     assert json.loads((tmp_path / "v1" / "langshare.json").read_text())["quantization"] == "float32"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["current", "v1"]
     assert len(PairTranslator(tmp_path / "current").translate(["open the file"], beam=1)) == 1
@@ -479,3 +481,28 @@ def test_damaged_export_is_named_as_damaged_with_the_fix(trained, exported, tmp_
         command = shlex.split(reexport(trained, out)[len("re-export it ("):-1])
         assert langshare(command[1:]) == 0
         assert langshare(["translate", str(out), "--input", str(tmp_path / "in.txt")]) == 0
+
+
+@needs_ctranslate2
+def test_the_converters_checkpoint_loads_through_fairseq(trained, tmp_path, monkeypatch):
+    """CTranslate2 4.0-4.5 read the checkpoint handed to their converter with fairseq's
+    ``checkpoint_utils.load_checkpoint_to_cpu`` (later releases with torch.load). Was ``KeyError: 'best_loss'``
+    there (fairseq's upgrade of a checkpoint without optimizer history): every export failed with those releases,
+    which setup.py's ctranslate2>=4 admits."""
+    import shutil
+
+    from fairseq import checkpoint_utils
+    from fairseq_langshare.deploy import ctranslate2_export
+
+    written = tmp_path / "pair-args.pt"
+    original = ctranslate2_export._converter_checkpoint
+
+    def keep(state, out):
+        original(state, out)
+        shutil.copyfile(out, written)
+
+    monkeypatch.setattr(ctranslate2_export, "_converter_checkpoint", keep)
+    export_ctranslate2(trained, "en", "de", tmp_path / "ct2")
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(written))
+    assert state["args"].arch == "transformer" and state["args"].langs == LANGS
+    assert sorted(state["model"]) == sorted(torch.load(written, weights_only=True)["model"])

@@ -317,3 +317,18 @@ def test_download_verifies_checksums_unpacks_and_builds(mirrors, tmp_path, monke
     os.remove(cache / "downloads" / "ted_talks.tar.gz")
     os.remove(archive)  # done marker: nothing is fetched again
     sources.ensure(good, str(cache))
+
+
+def test_a_python_without_tarfiles_data_filter_refuses_to_unpack_in_one_line(tmp_path, monkeypatch):
+    """Python 3.8.0-3.8.16 (and 3.9-3.11 before their 2023 security releases) have no ``filter=`` for
+    ``TarFile.extractall``: was a TypeError after the download. Now one line naming the fix; nothing is unpacked
+    (extracting a downloaded archive without the filter could write outside the cache)."""
+    (tmp_path / "a.tsv").write_text("x\ty\n")
+    archive = tmp_path / "a.tar.gz"
+    with tarfile.open(archive, "w:gz") as t:
+        t.add(tmp_path / "a.tsv", arcname="a.tsv")
+    monkeypatch.delattr(tarfile, "data_filter")
+    with pytest.raises(ValueError, match=r"^cannot unpack .*a\.tar\.gz safely: this Python .* has no tarfile data "
+                                         r"filter .*: upgrade Python, or unpack it by hand into .*dest$"):
+        sources.unpack(str(archive), str(tmp_path / "dest"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar.gz", "a.tsv"]

@@ -128,7 +128,7 @@ def sampled_vs_inference_nll(checkpoint, data: str, split: str = "valid", max_ba
                 model.auxiliary_outputs()  # drop what the forward recorded
             tokens += int((~pad).sum())
     model.eval()
-    return {mode: round(total / max(tokens, 1), 4) for mode, total in totals.items()} | {"tokens": tokens}
+    return {**{mode: round(total / max(tokens, 1), 4) for mode, total in totals.items()}, "tokens": tokens}
 
 
 def pca_2d(matrix: torch.Tensor) -> torch.Tensor:

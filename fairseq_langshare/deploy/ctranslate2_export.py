@@ -51,12 +51,15 @@ def read_manifest(model_dir) -> Dict:
 def _converter_checkpoint(state: Dict, out: Path) -> None:
     """Write the exported pair ``state`` again with its options as the flat Namespace fairseq's
     legacy ``args`` was (what the converter reads). The languages go in as ``--langs``: the
-    converter would look for a ``--lang-dict`` file in the data directory."""
+    converter would look for a ``--lang-dict`` file in the data directory. CTranslate2 up to 4.5
+    reads the file with fairseq's ``load_checkpoint_to_cpu``, whose upgrade of a checkpoint without
+    optimizer history reads ``best_loss``, ``optimizer`` and ``extra_state``: they are there, empty."""
     cfg = state["cfg"]
     args = argparse.Namespace(**{**(cfg.get("common") or {}), **cfg["task"], **cfg["model"]})
     args.task, args.arch = cfg["task"]["_name"], cfg["model"]["_name"]
     args.langs, args.lang_dict = list(state["extra_state"]["langshare_export"]["langs"]), None
-    torch.save({"args": args, "cfg": None, "model": state["model"]}, out)
+    torch.save({"args": args, "cfg": None, "model": state["model"], "best_loss": None, "optimizer": None,
+                "extra_state": {}}, out)
 
 
 def _refuse_no_layers(model_cfg: Dict, src: str, tgt: str, checkpoint: Path) -> None:

@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import html
 import os
+import platform
 import re
 import shutil
 import tarfile
@@ -236,7 +237,12 @@ def fetch(url, path, md5=None, sha256=None):
 
 
 def unpack(archive, dest):
-    """Extract a tar/zip into ``dest`` through a temporary directory next to it."""
+    """Extract a tar/zip into ``dest`` through a temporary directory next to it (a tar with tarfile's
+    ``data`` filter: no member lands outside it)."""
+    if not zipfile.is_zipfile(archive) and not hasattr(tarfile, "data_filter"):
+        raise ValueError(f"cannot unpack {archive} safely: this Python ({platform.python_version()}) has no tarfile "
+                         "data filter (3.8.17, 3.9.17, 3.10.12, 3.11.4 and later have it): upgrade Python, or unpack "
+                         f"it by hand into {dest}")
     tmp = os.path.join(os.path.dirname(dest.rstrip("/")) or ".",
                        f".unpack-{os.path.basename(archive)}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
