@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from cli_checks import TRAIN, fairseq_error, snapshot
-from tiny_corpus import task_args, train
+from method_configs import METHODS
+from tiny_corpus import build_task_and_model, task_args, train
 
 BASE = {
     "latent": ["--arch", "latent_depth_transformer_tiny"],
@@ -198,3 +199,21 @@ def test_a_resume_reads_the_checkpoint_header_once(corpus, runs, tmp_path, monke
     loads = _count_header_reads(monkeypatch)
     train(argv)
     assert loads == [str(save / "checkpoint_last.pt")]
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_the_saved_config_names_every_option_of_the_method(corpus, method):
+    """fairseq-train saves the options the model was built from: each option the method adds to the
+    Transformer is there, with its default where the command line did not give it, so a reader of the
+    checkpoint (resume checks, export, analysis) sees the value it trained with. Was: an LSL checkpoint had no
+    lsl_component, lsl_separate_decoder, lsl_search or lsl_dense_init (their flags have no default)."""
+    import dataclasses
+
+    from fairseq.models import ARCH_MODEL_REGISTRY
+    from fairseq_langshare.models.language_aware_transformer import TRANSFORMER_FIELDS
+
+    flags, at = METHODS[method], METHODS[method].index("--arch")
+    arch = flags[at + 1]
+    _, _, args = build_task_and_model(corpus, arch=arch, extra=flags[:at] + flags[at + 2:] + ["--max-update", "4"])
+    own = {f.name for f in dataclasses.fields(ARCH_MODEL_REGISTRY[arch].config_class)} - TRANSFORMER_FIELDS
+    assert sorted(own - set(vars(args))) == []

@@ -50,7 +50,8 @@ from ..modules.sparse_scores import CATEGORIES, REDUCTIONS, SPARSITY_TYPES, Rout
 from ..option_ranges import Range, check_ranges
 from .langshare_transformer import size_preset
 from .config_transformer import ConfigTransformerModel
-from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
+from .language_aware_transformer import (LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first,
+                                         name_every_option)
 from .latent_depth_transformer import TrainedLanguagesByCode, reorder_walk, trained_language_codes, trained_languages
 from ..run_options import run_option
 
@@ -524,7 +525,7 @@ class AdaptiveSparseTransformerModel(TrainedLanguagesByCode, LanguageAwareTransf
             if getattr(args, "sparse_t_bar", None) is None and max_update > 0:
                 args.sparse_t_bar = default_t_bar(max_update)
             cfg = cls.config_class.from_namespace(args)
-            _fill_sparse_options(args, cfg)  # the saved config names every option of the method
+            name_every_option(args, cfg, cls.config_class)
         cfg.num_languages = len(inventory)
         validate(cfg)
         cfg.sparse_trained_languages = trained_languages(task, inventory)
@@ -586,16 +587,8 @@ def _namespace(model_cfg):
         model_cfg = argparse.Namespace(**OmegaConf.to_container(model_cfg, resolve=True))
     if any(not hasattr(model_cfg, name) for name in SPARSE_FIELDS):
         model_cfg = argparse.Namespace(**vars(model_cfg))  # the caller's object stays as it is
-        _fill_sparse_options(model_cfg, AdaptiveSparseTransformerConfig())
+        name_every_option(model_cfg, AdaptiveSparseTransformerConfig(), AdaptiveSparseTransformerConfig)
     return model_cfg
-
-
-def _fill_sparse_options(ns, cfg) -> None:
-    """Set each option of the method that ``ns`` lacks (or holds as None) to ``cfg``'s value."""
-    for name in SPARSE_FIELDS:
-        if getattr(ns, name, None) is None:
-            value = getattr(cfg, name)
-            setattr(ns, name, value.value if isinstance(value, Enum) else value)
 
 
 def export_pair_state(state_dict, model_cfg, src_id: int, tgt_id: int):

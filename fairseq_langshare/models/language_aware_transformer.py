@@ -32,10 +32,24 @@ from .config_transformer import ConfigTransformerModel
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LanguageAwareEncoder", "LanguageAwareDecoder", "LanguageAwareTransformerModel", "WeightsMismatch"]
+__all__ = ["LanguageAwareEncoder", "LanguageAwareDecoder", "LanguageAwareTransformerModel", "WeightsMismatch",
+           "name_every_option"]
 
 LANG_KEYS = ("src_lang_id", "tgt_lang_id")
 TRANSFORMER_FIELDS = {f.name for f in dataclasses.fields(TransformerConfig)}
+
+
+def name_every_option(args, cfg, config_class) -> None:
+    """Give ``args`` (the options a model is built from, which fairseq saves as the checkpoint's model
+    config) each option ``config_class`` adds to the Transformer that it lacks or holds as None, with
+    ``cfg``'s value: the saved config names every option of the method, defaults included (a flag without
+    a default is absent from fairseq-train's Namespace)."""
+    own = sorted({f.name for f in dataclasses.fields(config_class)} - TRANSFORMER_FIELDS)
+    with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
+        for name in own:
+            if getattr(args, name, None) is None:
+                value = getattr(cfg, name)
+                setattr(args, name, value.value if isinstance(value, Enum) else value)
 
 
 class WeightsMismatch(ValueError):
@@ -131,12 +145,7 @@ class LanguageAwareTransformerModel(ConfigTransformerModel):
     @classmethod
     def build_model(cls, args, task):
         cfg = cls.config_from_args(args)
-        method_fields = {f.name for f in dataclasses.fields(cls.config_class)} - TRANSFORMER_FIELDS
-        with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
-            for name in sorted(method_fields):  # the saved config names every option of the method
-                if getattr(args, name, None) is None:
-                    value = getattr(cfg, name)
-                    setattr(args, name, value.value if isinstance(value, Enum) else value)
+        name_every_option(args, cfg, cls.config_class)
         # per-language parameters are sized by the task's inventory (stored with the weights)
         cfg.num_languages = len(task.inventory) if hasattr(task, "inventory") else 0
         return super(TransformerModel, cls).build_model(cfg, task)

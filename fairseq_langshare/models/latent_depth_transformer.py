@@ -14,7 +14,6 @@ network as a plain pre-norm fairseq ``transformer``.
 
 import logging
 import re
-from enum import Enum
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional
@@ -36,7 +35,8 @@ from ..modules.row_subsets import SubsetCaches, decoder_layer_on_rows, encoder_l
 from ..modules.schedules import set_given_options
 from ..option_ranges import OnlyWith, Range, check_ranges
 from .langshare_transformer import size_preset
-from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first
+from .language_aware_transformer import (LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first,
+                                         name_every_option)
 from ..run_options import run_option
 
 logger = logging.getLogger(__name__)
@@ -419,10 +419,7 @@ class LatentDepthTransformerModel(TrainedLanguagesByCode, LanguageAwareTransform
             if getattr(args, "latent_kl_anneal_updates", None) is None:
                 args.latent_kl_anneal_updates = sampling // 3
             cfg = cls.config_class.from_namespace(args)
-            for name in LATENT_FIELDS:  # the saved config names every option of the method
-                if getattr(args, name, None) is None:
-                    value = getattr(cfg, name)
-                    setattr(args, name, value.value if isinstance(value, Enum) else value)
+            name_every_option(args, cfg, cls.config_class)
         cfg.num_languages = len(inventory)
         validate(cfg)  # before anything is built
         cfg.latent_trained_languages = trained_languages(task, inventory)

@@ -46,7 +46,8 @@ from ..modules.language_specific_layer import (
     set_num_updates_once,
 )
 from .langshare_transformer import small_preset, tiny_preset
-from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
+from .language_aware_transformer import (LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel,
+                                         name_every_option)
 
 logger = logging.getLogger(__name__)
 
@@ -201,6 +202,7 @@ class LSLTransformerModel(LanguageAwareTransformerModel):
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
         cfg = cls.config_class.from_namespace(args)
+        name_every_option(args, cfg, cls.config_class)
         cfg.lsl_plan = make_plan(cfg, len(inventory))  # validated before anything is built
         if cfg.lsl_dense_init:
             require_checkpoint(cfg.lsl_dense_init, "--lsl-dense-init",

@@ -53,7 +53,8 @@ from ..modules.language_specific_layer import (
 from ..modules.routing import LanguageGroupIds
 from .langshare_transformer import size_preset, small_preset, tiny_preset
 from .latent_depth_transformer import trained_language_codes
-from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
+from .language_aware_transformer import (LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel,
+                                         name_every_option)
 
 logger = logging.getLogger(__name__)
 
@@ -290,10 +291,7 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
         cfg = cls.config_class.from_namespace(args)
         cfg.multistack_plan = plan
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
-            for name in MULTISTACK_FIELDS:  # the saved config names every option of the method
-                if getattr(args, name, None) is None:
-                    value = getattr(cfg, name)
-                    setattr(args, name, getattr(value, "value", value))
+            name_every_option(args, cfg, cls.config_class)
             if plan.family_map:  # resolved once; later builds (generate) use it, not the table or the file
                 args.language_family_map = encode_family_map(plan.family_map)
         model = super(TransformerModel, cls).build_model(cfg, task)  # fairseq's TransformerModelBase
