@@ -90,6 +90,49 @@ def test_a_mistyped_override_of_the_plugins_config_is_one_line(corpus, tmp_path,
     assert re.fullmatch("fairseq-hydra-train: error: " + says, proc.stderr.strip().splitlines()[-1]), proc.stderr[-500:]
 
 
+@pytest.mark.parametrize("arch,key,value,says", [
+    ("lsl_transformer_tiny", "lsl_search", "no", r"model\.lsl_search: 'no' is no switch value: write true or false"),
+    ("clsr_transformer_tiny", "clsr_budgett", 0.5, r"model\.clsr_budgett: no such option of clsr_transformer_tiny: "
+                                                   r"check the key's spelling"),
+    ("clsr_transformer_tiny", "clsr_gate_dim", 2.5, r"model\.clsr_gate_dim: 2\.5 is not an integer"),
+    ("langshare_adapter_transformer_tiny", "adapter_bottleneck", "abc",
+     r"model\.adapter_bottleneck: 'abc' is not an integer"),
+    ("latent_depth_transformer_tiny", "latent_layers", "encoderr",
+     r"model\.latent_layers: 'encoderr' is not one of decoder, encoder, both"),
+    ("clsr_transformer_tiny", "clsr_budget", "0.5", None),  # a number as a string: the number
+])
+def test_the_hydra_model_node_is_parsed_as_fairseq_train_parses_flags(arch, key, value, says):
+    """fairseq-hydra-train hands a plugin architecture's ``model:`` node unparsed. Was: ``+model.lsl_search=no``
+    trained the architecture search (a non-empty string is true), a misspelt key trained with the default, exit
+    0; 2.5 layers' worth of gate dimension a TypeError traceback; '0.5' 'outside [0, 1]'."""
+    from omegaconf import OmegaConf
+
+    from fairseq_langshare.models.config_transformer import check_model_node
+
+    node = OmegaConf.create({"model": {"_name": arch, "dropout": 0.1, key: value}}).model
+    OmegaConf.set_struct(node, True)
+    if says is None:
+        check_model_node(node)
+        assert node[key] == 0.5 and node.dropout == 0.1
+        return
+    with pytest.raises(ValueError, match=f"^{says}$"):
+        check_model_node(node)
+
+
+def test_hydra_train_refuses_a_misspelt_model_option_in_one_line(corpus, tmp_path):
+    """The check above where fairseq-hydra-train runs it (the task's build_model), before anything is trained."""
+    cmd = [str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "configs"), "--config-name", "demo",
+           f"common.user_dir={PKG_DIR}", f"task.data={corpus['bin']}", "task.langs='en,xx,yy'",
+           "task.lang_pairs='en-xx,en-yy'", "model._name=clsr_transformer_tiny", "+model.clsr_budgett=0.5",
+           "optimization.max_update=1", f"checkpoint.save_dir={tmp_path / 'ckpt'}"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == ("fairseq-hydra-train: error: model.clsr_budgett: no such option "
+                                                    "of clsr_transformer_tiny: check the key's spelling")
+    assert not (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -28,7 +28,7 @@ from omegaconf import OmegaConf, open_dict
 
 from ..option_ranges import check_ranges
 
-__all__ = ["ConfigTransformerModel", "presets_on_a_namespace"]
+__all__ = ["ConfigTransformerModel", "presets_on_a_namespace", "check_model_node"]
 
 
 class ConfigTransformerModel(TransformerModel):
@@ -104,3 +104,57 @@ def _on_a_namespace(preset, config_class):
 
     run._on_a_namespace = True
     return run
+
+
+@functools.lru_cache(maxsize=None)
+def _node_options(arch: str):
+    """{option: its argparse action} of ``arch``'s flags, and the keys its preset sets besides them."""
+    model_cls = ARCH_MODEL_REGISTRY[arch]
+    parser = argparse.ArgumentParser(add_help=False)
+    model_cls.add_args(parser)
+    preset = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY[arch](preset)
+    return {a.dest: a for a in parser._actions}, frozenset(vars(preset))
+
+
+def _parsed(key: str, value, action):
+    """``value`` as the flag's parser reads it; ValueError naming ``model.key`` where it cannot."""
+    switch = isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))
+    if switch and not isinstance(value, bool):
+        raise ValueError(f"model.{key}: {value!r} is no switch value: write true or false")
+    if action.type in (int, float) and value is not None and not isinstance(value, bool):
+        try:
+            number = action.type(value) if isinstance(value, str) else value
+        except ValueError:
+            number = None
+        if not isinstance(number, (int, float)) or (action.type is int and number != int(number)):
+            raise ValueError(f"model.{key}: {value!r} is not {'an integer' if action.type is int else 'a number'}")
+        value = action.type(number)
+    if action.choices and value is not None and str(value) not in [str(c) for c in action.choices]:
+        raise ValueError(f"model.{key}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+    return value
+
+
+def check_model_node(node) -> None:
+    """fairseq-hydra-train hands the ``model:`` node of a plugin architecture to the model as the yaml and the
+    overrides wrote it (fairseq-train parses each flag): refuse, in one line, a key that is no option of the
+    architecture (a typo trained with the default, silently), a switch that is not true or false (``no`` was
+    true), a number that is none; a number written as a string becomes the number. For a training run (the
+    task's ``build_model``); a checkpoint's saved node is not checked."""
+    arch = node.get("_name") if OmegaConf.is_config(node) else None
+    model_cls = ARCH_MODEL_REGISTRY.get(arch)
+    if not (isinstance(model_cls, type) and issubclass(model_cls, ConfigTransformerModel)):
+        return
+    actions, preset_keys = _node_options(arch)
+    with open_dict(node):
+        for key in list(node.keys()):
+            if key in ("_name", "arch"):
+                continue
+            if key not in actions:
+                if key in preset_keys:
+                    continue
+                raise ValueError(f"model.{key}: no such option of {arch}: check the key's spelling")
+            value = node[key]
+            parsed = _parsed(key, value, actions[key])
+            if parsed is not value:
+                node[key] = parsed

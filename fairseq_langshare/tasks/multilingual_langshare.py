@@ -38,6 +38,7 @@ from ..criterions.auxiliary_terms import require_auxiliary_criterion
 from ..data.binarized import sentence_count
 from ..distributed_launch import check_training_is_distributed
 from ..languages import LanguageInventory, dictionary_fingerprint
+from ..models.config_transformer import check_model_node
 from ..modules.first_rank import first_rank
 from ..option_ranges import Range, check_ranges
 from ..user_errors import fairseq_cli
@@ -362,6 +363,8 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         )
 
     def build_model(self, cfg, from_checkpoint=False):
+        if not from_checkpoint:  # a run starts: fairseq-hydra-train's model node, unparsed
+            check_model_node(cfg)
         model = super().build_model(cfg, from_checkpoint)
         if hasattr(model, "attach_inventory"):
             model.attach_inventory(self.inventory, _arch(cfg))
