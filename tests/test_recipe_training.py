@@ -415,3 +415,14 @@ def test_checkpoint_averaging_is_the_mean_and_decodes(recipe_corpus, tmp_path, o
     assert langshare(["recipe", "average", "--inputs", *paths, "--out", str(tmp_path / "avg2.pt")]) == 0
     again = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "avg2.pt"))["model"]
     assert all(torch.equal(again[k], avg[k]) for k in avg)
+    assert langshare(["recipe", "average", "--inputs", *paths, "--out", str(tmp_path / "avg2.pt")]) == 0  # again
+    # was: replaced, exit 0 -- a file that is no checkpoint, and the checkpoint a training run resumes
+    (tmp_path / "notes.pt").write_text("KEEP\n")
+    last = tmp_path / "baseline" / "checkpoints" / "checkpoint_last.pt"
+    before = last.read_bytes()
+    for target, holds in ((tmp_path / "notes.pt", "a file that is no fairseq checkpoint"),
+                          (last, "a checkpoint fairseq-train wrote (its run resumes or averages it)")):
+        with pytest.raises(ValueError, match=f"^--out {re.escape(str(target))} holds {re.escape(holds)}, which "
+                                             "recipe average would replace; write to another path or move it away$"):
+            average_checkpoints(paths, str(target))
+    assert (tmp_path / "notes.pt").read_text() == "KEEP\n" and last.read_bytes() == before

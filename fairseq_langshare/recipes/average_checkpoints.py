@@ -12,6 +12,22 @@ import re
 from ..atomic_files import check_writable, write_atomic
 
 UPDATE_CHECKPOINT = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
+# what fairseq-train writes into --save-dir (checkpoint_last, _best, per epoch, per update; with a suffix)
+TRAINING_CHECKPOINT = re.compile(r"^checkpoint(_last|_best|\d+|_\d+_\d+)[^/]*\.pt$")
+
+
+def _held(path):
+    """For ``check_writable(held=...)``: what an existing ``--out`` holds that an average must not replace (a file
+    that is no checkpoint; a checkpoint fairseq-train wrote, which its run resumes or averages); None for another
+    checkpoint, e.g. an earlier average."""
+    from ..checkpoint_safety import checkpoint_header
+
+    header = checkpoint_header(path)
+    if not isinstance(header, dict) or "model" not in header:
+        return "a file that is no fairseq checkpoint"
+    if TRAINING_CHECKPOINT.match(os.path.basename(path)):
+        return "a checkpoint fairseq-train wrote (its run resumes or averages it)"
+    return None
 
 
 def last_update_checkpoints(save_dir, n):
@@ -43,7 +59,7 @@ def average_checkpoints(paths, out):
     checkpoint_safety.install()
     if not paths:
         raise ValueError("no checkpoints to average: give at least one")
-    check_writable(out, "--out", inputs=paths)
+    check_writable(out, "--out", inputs=paths, command="recipe average", held=_held)
     sums, keys, state = {}, None, None
     for path in paths:
         if not os.path.isfile(path):
