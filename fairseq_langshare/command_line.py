@@ -54,7 +54,7 @@ def run(subcommands, argv=None) -> int:
     args = build_parser(subcommands).parse_args(argv)
     try:
         result = args.func(args)
-    except (ValueError, FileNotFoundError, KeyError) as error:
+    except (ValueError, OSError, KeyError) as error:  # OSError: a path, disk or permission the command met
         print(f"langshare {args.command}: error: {message(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # every output is written whole or not at all (atomic_files)

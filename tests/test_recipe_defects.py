@@ -351,3 +351,26 @@ def test_the_recipe_console_leaves_fairseqs_config_dump_to_the_log():
     assert shown("fairseq_cli.train", "training on 1 devices (GPUs/TPUs)")
     assert shown("train_inner", "epoch 001:     10 / 20 loss=9.1")
     assert shown("fairseq.trainer", "NOTE: gradient overflow detected", logging.WARNING)
+
+
+def test_write_configs_into_a_file_is_one_line(tmp_path, capsys):
+    """Was a NotADirectoryError traceback: the command line caught ValueError, FileNotFoundError and KeyError only."""
+    (tmp_path / "f").write_text("x\n")
+    assert langshare(["recipe", "write-configs", "--out", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"langshare recipe: error: --out {tmp_path / 'f'} is a file; pass a directory (the recipes' yaml "
+                   "files go under it)"]
+    assert (tmp_path / "f").read_text() == "x\n"
+
+
+def test_an_os_error_of_any_command_is_one_line(tmp_path, capsys, monkeypatch):
+    """A disk, permission or path error the command meets (an OSError) is one line, exit 2, as bad input is."""
+    from fairseq_langshare.recipes import experiments
+
+    def denied(out, check=False):
+        raise PermissionError(13, "Permission denied", os.path.join(out, "clsr"))
+
+    monkeypatch.setattr(experiments, "write_configs", denied)
+    assert langshare(["recipe", "write-configs", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"langshare recipe: error: [Errno 13] Permission denied: '{tmp_path / 'clsr'}'"]

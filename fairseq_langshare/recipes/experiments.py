@@ -17,7 +17,7 @@ import sys
 
 import yaml
 
-from ..atomic_files import write_text_atomic
+from ..atomic_files import check_directory_writable, write_text_atomic
 from ..command_line import required_subcommands
 from .experiment_plan import (PAPERS, REAL_GPUS, Corpus, build_config, default_data_dir, default_out_dir,
                               hydra_config, plan_run)
@@ -103,6 +103,7 @@ def _run(args):
 
 
 def _write_configs(args):
+    check_directory_writable(args.out, "--out", "the recipes' yaml files go under it")
     changed = write_configs(args.out, check=args.check)
     if args.check:
         for path in changed:
