@@ -107,6 +107,11 @@ def test_ineligible_and_unknown_codes(fake_locales, tmp_path):
         gc.prepare_gettext(out, langs="xx,qq", min_pairs=2, locale_dir=fake_locales)
     with pytest.raises(ValueError, match="pivot"):
         gc.prepare_gettext(out, langs=["en_GB"], min_pairs=1, locale_dir=fake_locales)
+    # was a RuntimeError from SentencePiece's trainer, given no sentence at all
+    for empty in ("", " , "):
+        with pytest.raises(ValueError, match=r"^--langs '.*' names no language: pass comma-separated codes \("
+                                             r"langshare prepare-gettext --list shows them\)$"):
+            gc.prepare_gettext(out, langs=empty, min_pairs=2, locale_dir=fake_locales)
     assert os.listdir(tmp_path) == []
 
 

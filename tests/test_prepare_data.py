@@ -563,3 +563,14 @@ def test_the_summary_lines_name_the_zero_shot_directions_and_one_left_out(tmp_pa
         "xx-yy: read test 10; kept train 0, valid 0, test 10; zero-shot (test only)",
         "xx-zz: read test 4; kept train 0, valid 0, test 0; removed test_one_side_empty 4; zero-shot, nothing kept: "
         "left out of the corpus"]
+
+
+def test_a_vocabulary_smaller_than_the_texts_characters_is_one_line(tmp_path, capsys):
+    """--vocab-size 16 is in the option's range, but SentencePiece needs a piece per character it keeps: was a
+    RuntimeError traceback from its trainer ('Vocabulary size is smaller than required_chars')."""
+    _write(str(tmp_path / "in" / "en-xx.tsv"), GOOD)
+    code = cli.main(["prepare-data", "--out", str(tmp_path / "corpus"), "--vocab-size", "16", str(tmp_path / "in")])
+    err = one_error_line(capsys.readouterr().err.strip())
+    assert code == 2 and "--vocab-size 16 is too small for SentencePiece" in err and err.endswith(
+        "pass a larger --vocab-size"), err
+    assert os.listdir(tmp_path) == ["in"]

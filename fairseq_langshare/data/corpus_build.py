@@ -25,6 +25,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import unicodedata
@@ -356,11 +357,18 @@ def train_spm_model(tmp, sentences, vocab_size, character_coverage=0.9995, model
                f"{len(sentences)} lines")
     model = io.BytesIO()  # in memory: a file-based run records its (temporary) paths in the model
     spm.set_random_generator_seed(1)
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=model, vocab_size=vocab_size,
-        model_type=model_type, character_coverage=character_coverage, hard_vocab_limit=False,
-        input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
-        num_threads=1)  # the model depends on the thread count; one thread keeps it fixed
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences), model_writer=model, vocab_size=vocab_size,
+            model_type=model_type, character_coverage=character_coverage, hard_vocab_limit=False,
+            input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
+            num_threads=1)  # the model depends on the thread count; one thread keeps it fixed
+    except RuntimeError as error:
+        needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(error))
+        if needed is None:
+            raise
+        raise ValueError(f"--vocab-size {vocab_size} is too small for SentencePiece: the text's characters and the "
+                         f"special symbols need {needed.group(1)} pieces; pass a larger --vocab-size") from None
     sp = _write_spm_model(tmp, model.getvalue())
     built = sp.get_piece_size()
     if built < vocab_size:

@@ -219,10 +219,15 @@ def train_spm(tmp, splits, vocab_size):
 def _config(langs, num_langs, selection, direction, vocab_size, valid_size, test_size,
             max_train_per_lang, min_pairs, locale_dir, zero_shot_spec=None, zero_shot_size=zero_shot.SIZE,
             zero_shot_min_size=zero_shot.MIN_SIZE):
+    given = langs
     if isinstance(langs, str):
         langs = langs.split(",")
     if langs is not None:
         langs = [lang_code(c.strip()) for c in langs if c.strip()]
+        if not langs:
+            said = given if isinstance(given, str) else ",".join(given)
+            raise ValueError(f"--langs {said!r} names no language: pass comma-separated codes (langshare "
+                             "prepare-gettext --list shows them)")
     if langs is not None and num_langs is not None:
         raise ValueError("pass either --langs or --num-langs, not both")
     if selection not in SELECTIONS:
