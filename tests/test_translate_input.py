@@ -53,6 +53,14 @@ def test_a_non_utf8_input_file_is_refused_before_the_model_loads(tmp_path, capsy
                                "or pipe it to stdin, where invalid bytes are replaced"), line
 
 
+def test_an_empty_input_path_is_refused_not_read_as_stdin(tmp_path, capsys, monkeypatch, echo):
+    """``--input "$FILE"`` with FILE unset: was stdin read instead (at a terminal, the command waited)."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"cat dog\n"), encoding="utf-8"))
+    code, line = langshare(capsys, "translate", fake_export(tmp_path), "--input", "")
+    assert (code, line) == (2, "langshare translate: error: --input '' names no file: pass a text file, or - for "
+                               "stdin"), line
+
+
 @pytest.mark.parametrize("errors", ["surrogateescape", "strict"])
 def test_non_utf8_lines_on_stdin_are_replaced_with_a_warning(tmp_path, capsys, monkeypatch, echo, caplog, errors):
     """Was: a sentencepiece cast traceback (stdin decoded with surrogateescape, as under a C locale), or a

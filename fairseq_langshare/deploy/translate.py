@@ -146,6 +146,8 @@ def read_input(path: Optional[str]) -> List[str]:
     """The lines to translate: an ``--input`` file that is not UTF-8 is refused (naming the line, the byte and the
     fix); on stdin, bytes that are not UTF-8 are replaced by U+FFFD with a warning naming the line, as
     ``fairseq-interactive`` does, so that every other line is still translated."""
+    if path == "":  # --input "$FILE" with FILE unset: not stdin, where a terminal would wait
+        raise ValueError("--input '' names no file: pass a text file, or - for stdin")
     if path and path != "-":
         check_input_file(path)
         with open(path, encoding="utf-8", newline="") as f:
