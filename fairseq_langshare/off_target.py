@@ -183,6 +183,9 @@ def _exclusion(lang, row, rows, identifier) -> Optional[str]:
 
 def measure_corpus(corpus_dir: str, split: str = "test", identifier: Optional[Identifier] = None) -> Dict:
     """The identifier's accuracy on the references of every language of a corpus, with the rules."""
+    if not glob.glob(os.path.join(corpus_dir, "raw", f"{split}.*")):
+        raise OffTargetError(f"{corpus_dir} has no {split} split (no raw/{split}.* file): pass --split test or "
+                             "another split it has")
     languages = corpus_languages(corpus_dir)
     identifier = identifier or Identifier(languages)
     return {"identifier": identifier.name, "rules": rules(), "corpus": os.path.abspath(corpus_dir), "split": split,
@@ -429,6 +432,10 @@ def _run(args):
     from .result_kinds import OFF_TARGET_JSON, held_unless
 
     if args.results:
+        for flag, value in (("--out-json", args.out_json), ("--split", args.split)):
+            if value is not None:
+                raise OffTargetError(f"{flag} measures a corpus, which --results does not: drop it (the results are "
+                                     "rated on the split they were evaluated on)")
         for path in args.results:
             check_writable(path, "--results")
         for path in args.results:
@@ -455,7 +462,7 @@ def _run(args):
     if args.out_json:  # never over a file off-target did not write, nor one of the corpus
         check_writable(args.out_json, "--out-json", protected={"corpus": args.corpus}, command="off-target",
                        held=held_unless(OFF_TARGET_JSON, "off-target"))
-    measured = measure_corpus(args.corpus, args.split)
+    measured = measure_corpus(args.corpus, args.split or "test")
     if args.out_json:
         write_json_atomic(args.out_json, measured)
     print(markdown(measured))
@@ -473,7 +480,7 @@ def add_subcommand(subparsers):
                     "(rewritten in place). `langshare evaluate` computes the rate itself.")
     p.add_argument("corpus", nargs="?", help="corpus directory (manifest.json, raw/); with --results: default, the "
                                              "corpus the results were evaluated on")
-    p.add_argument("--split", default="test", help="split whose references measure the identifier")
+    p.add_argument("--split", default=None, help="split whose references measure the identifier (default: test)")
     p.add_argument("--out-json", default=None, help="write the per-language measurement as JSON here")
     p.add_argument("--results", nargs="+", default=None, metavar="RESULTS.json",
                    help="evaluate results to add the off-target rate to, in place")

@@ -430,3 +430,24 @@ def test_the_measurement_replaces_only_an_earlier_measurement(tmp_path, capsys):
     assert cli.main(["off-target", corpus, "--out-json", str(out)]) == 0
     assert cli.main(["off-target", corpus, "--out-json", str(out)]) == 0  # its own earlier output: replaced
     assert json.loads(out.read_text())["languages"]["fr"]["references"] == 40
+
+
+def test_options_that_do_not_apply_and_a_split_the_corpus_lacks_are_refused(tmp_path, capsys):
+    """Was exit 0: --out-json and --split ignored with --results (no file written), and --split nosuch measured
+    0 references of every language."""
+    from fairseq_langshare import cli
+
+    corpus = reference_corpus(tmp_path / "c", ["en", "fr"])
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps({"corpus": corpus, "directions": {}}))
+    before = results.read_bytes()
+    for extra, says in ((["--out-json", str(tmp_path / "o.json")], "--out-json"), (["--split", "valid"], "--split")):
+        assert cli.main(["off-target", "--results", str(results), *extra]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"langshare off-target: error: {says} measures a corpus, which --results does not: drop it (the results "
+            "are rated on the split they were evaluated on)"]
+    assert results.read_bytes() == before and not (tmp_path / "o.json").exists()
+    assert cli.main(["off-target", corpus, "--split", "nosuch"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"langshare off-target: error: {corpus} has no nosuch split (no raw/nosuch.* file): pass --split test or "
+        "another split it has"]
