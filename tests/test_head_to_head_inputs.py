@@ -264,3 +264,24 @@ def test_the_outputs_of_another_record_are_not_replaced(tmp_path, monkeypatch, f
                               out_json="a.json", **paths)  # its own record's output is replaced
     if path == "notes.md":
         assert open(path).read().startswith("# my notes\n")
+
+
+@pytest.mark.parametrize("model,seed,path,says", [
+    ("baseline", "x", "elsewhere", "--import-run baseline x elsewhere: SEED 'x' is not an integer"),
+    ("lsl", "1", "elsewhere", "--import-run lsl 1 elsewhere: no planned run of model lsl (pass it in --models)"),
+    ("baseline", "7", "elsewhere", "--import-run baseline 7 elsewhere: no planned run of baseline with seed 7 "
+                                   "(--seeds)"),
+    ("baseline", "1", "elsewhere", "--import-run baseline 1 elsewhere: no checkpoint_last.pt there"),
+])
+def test_an_import_run_is_checked_before_anything_runs_the_dry_run_too(tmp_path, fake_runs, capsys, monkeypatch,
+                                                                     model, seed, path, says):
+    """Was: --dry-run passed without a word on --import-run, and a real run read SEED only after preparing the
+    corpora ('invalid literal for int() with base 10: x', not naming the option)."""
+    monkeypatch.chdir(tmp_path)
+    fake_corpus("corpus_a")
+    for dry in ([], ["--dry-run"]):
+        code = h2h("--corpus", "o2m=corpus_a", "--runs-dir", "runs", "--seeds", "1", "--models", "baseline",
+                   "--import-run", model, seed, path, *dry)
+        err = one_line_error(capsys)
+        assert code != 0 and err.endswith(says), err
+    assert fake_runs == [] and not os.path.exists("runs")

@@ -22,9 +22,9 @@ from ..command_line import add_command
 from . import head_to_head_record, head_to_head_report
 from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
 from .head_to_head_runs import (DEFAULT_CORPORA, DEFAULT_UPDATES, EVALUATE_FLAGS, EVALUATE_SECONDS, FLOPS_TOLERANCE,
-                                TRAIN_FLAGS, UPDATES_PER_SECOND, Run, _standin_data, equal_cost_problems, execute,
-                                import_run, inference_cost, other_training, percent_text, plan, profile, ratio_text,
-                                train_argv)
+                                TRAIN_FLAGS, UPDATES_PER_SECOND, Run, _standin_data, check_import, equal_cost_problems,
+                                execute, import_run, inference_cost, other_training, percent_text, plan, profile,
+                                ratio_text, train_argv)
 from ..option_ranges import Range
 
 
@@ -186,6 +186,8 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
     corpora = {**DEFAULT_CORPORA, **(corpora or {})}
     runs = plan(models or [m.name for m in MODELS], directions, seeds, runs_dir, corpora, updates, train_flags)
     check_record(record_dir, runs)
+    for model, seed, path in imports:  # not after the corpora are prepared
+        check_import(runs, model, seed, path)
     if not dry_run:
         for d in dict.fromkeys(r.direction for r in runs):
             corpus = next(r.corpus for r in runs if r.direction == d)
@@ -194,7 +196,7 @@ def head_to_head(models=None, directions=("o2m", "m2o"), seeds=(1, 2, 3), update
                 corpus.prepare()
                 check_record(record_dir, runs)  # the corpus built: is it the record's?
         for model, seed, path in imports:
-            run = import_run(runs, model, int(seed), path)
+            run = import_run(runs, model, seed, path)
             print(f"== imported {path} as {run.name}", file=stream)
     for d in dict.fromkeys(r.direction for r in runs):
         refuse_without_validation(next(r.corpus for r in runs if r.direction == d))

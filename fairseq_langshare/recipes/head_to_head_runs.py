@@ -503,15 +503,31 @@ IMPORT_IGNORED = frozenset(("data", "save_dir", "user_dir", "log_interval", "log
                             "keep_best_checkpoints", "no_epoch_checkpoints"))
 
 
+def check_import(runs: List[Run], model: str, seed, path: str) -> int:
+    """``--import-run MODEL SEED DIR`` as far as it can be checked before anything is prepared or trained (and in a
+    dry run): SEED an integer the plan has for MODEL, DIR a directory with checkpoint_last.pt. Returns SEED."""
+    said = f"--import-run {model} {seed} {path}"
+    try:
+        seed = int(seed)
+    except ValueError:
+        raise ValueError(f"{said}: SEED {seed!r} is not an integer") from None
+    if not any(r.model.name == model for r in runs):
+        raise ValueError(f"{said}: no planned run of model {model} (pass it in --models)")
+    if not any(r.model.name == model and r.seed == seed for r in runs):
+        raise ValueError(f"{said}: no planned run of {model} with seed {seed} (--seeds)")
+    if not os.path.isfile(os.path.join(path, "checkpoint_last.pt")):
+        raise ValueError(f"{said}: no checkpoint_last.pt there")
+    return seed
+
+
 def import_run(runs: List[Run], model: str, seed: int, path: str) -> Run:
     """Link a finished run trained elsewhere with these settings into the layout, after checking
-    its marker and that its saved config has this plan's model flags, seed and corpus."""
+    it (``check_import``), its marker and that its saved config has this plan's model flags, seed and corpus."""
     from fairseq import checkpoint_utils, options
 
+    seed = check_import(runs, model, seed, path)
     path = os.path.abspath(path)
     ckpt = os.path.join(path, "checkpoint_last.pt")
-    if not os.path.isfile(ckpt):
-        raise ValueError(f"--import-run {model} {seed} {path}: no checkpoint_last.pt there")
     cfg = checkpoint_utils.load_checkpoint_to_cpu(ckpt)["cfg"]
     pairs = ",".join(cfg.task.lang_pairs) if isinstance(cfg.task.lang_pairs, (list, tuple)) else str(cfg.task.lang_pairs)
     matches = [r for r in runs if r.model.name == model and r.seed == seed and r.corpus.lang_pairs == pairs]
