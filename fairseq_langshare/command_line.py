@@ -8,8 +8,10 @@ recipes do not import ``cli`` (which imports them).
 
 import argparse
 import logging
+import shlex
 import sys
 import warnings
+from typing import List
 
 from .user_errors import message
 
@@ -26,6 +28,15 @@ def build_parser(subcommands) -> argparse.ArgumentParser:
     )
     required_subcommands(parser, "command", "COMMAND", subcommands)
     return parser
+
+
+def shell_words(text: str) -> List[str]:
+    """The ``type`` of an option that holds further command-line flags (``--generate-args '--cpu --nbest 1'``):
+    the words a shell would make of it; an unbalanced quote is the option's error."""
+    try:
+        return shlex.split(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error} in {text!r}; balance the quotes") from None
 
 
 def add_command(subparsers, name: str, help: str, description: str) -> argparse.ArgumentParser:

@@ -36,7 +36,7 @@ from .checkpoint_safety import CheckpointError, require_checkpoint
 from .saved_config import export_record
 from .result_kinds import (COMPARE_JSON, EVALUATE_JSON, EVALUATE_MARKDOWN, HEAD_TO_HEAD_JSON, file_kind, held_unless,
                            json_kind)
-from .command_line import add_command
+from .command_line import add_command, shell_words
 from . import off_target
 from .data.binarized import BinarizedDataError, sentence_count
 from .direction_groups import group_members
@@ -780,7 +780,7 @@ def _run(args):
             args.checkpoint, args.corpus, split=args.split, directions=args.directions, beam=args.beam,
             lenpen=args.lenpen, max_tokens=args.max_tokens, batch_size=args.batch_size,
             high_threshold=args.high_threshold, low_threshold=args.low_threshold, baseline=args.baseline,
-            out_json=args.out_json, out_md=args.out_md, generate_args=shlex.split(args.generate_args or ""),
+            out_json=args.out_json, out_md=args.out_md, generate_args=args.generate_args,
             bleu_tokenize=args.bleu_tokenize, spbleu_tokenize=args.spbleu_tokenize, win_metric=args.win_metric,
         )
     except (EvaluationError, FileNotFoundError) as e:
@@ -835,7 +835,7 @@ def add_subcommand(subparsers):
                         "(the LSL paper: flores101)")
     p.add_argument("--out-json", default=None, help="write the results as JSON here")
     p.add_argument("--out-md", default=None, help="write the markdown tables here")
-    p.add_argument("--generate-args", default="",
+    p.add_argument("--generate-args", default="", type=shell_words,
                    help="extra fairseq-generate flags as one string, e.g. --generate-args='--cpu --nbest 1'; not "
                         "those evaluate sets itself (--beam, --lenpen, --gen-subset, --path, ...: refused)")
     p.set_defaults(func=_run)

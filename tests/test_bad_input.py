@@ -558,3 +558,14 @@ def test_evaluate_given_a_corpus_bin_directory_names_the_corpus(tmp_path):
         evaluation._Corpus(str(tmp_path / "corpus" / "bin"))
     assert str(e.value) == (f"{tmp_path / 'corpus' / 'bin'} is the binarized data of the prepared corpus "
                             f"{tmp_path / 'corpus'}: pass {tmp_path / 'corpus'}")
+
+
+@pytest.mark.parametrize("command,flag", [(["evaluate", "ckpt.pt", "corpus"], "--generate-args"),
+                                          (["head-to-head", "--dry-run"], "--train-flags")])
+def test_an_unbalanced_quote_in_an_option_of_flags_names_the_option(command, flag, capsys):
+    """Was 'error: No closing quotation', naming neither the option nor the fix."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main([*command, f"{flag}=--dropout '"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"langshare {command[0]}: error: argument {flag}: No closing quotation in \"--dropout '\"; balance the quotes")

@@ -207,6 +207,11 @@ def test_fairseq_only_flags_need_the_ctranslate2_format(trained, tmp_path, capsy
                       "--quantization", "int8"]) == 2
     assert "--quantization applies to --format ctranslate2 only" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+    # an empty --quantization (a variable unset) is no weight type: was a float32 export, exit 0
+    assert langshare(["export", str(trained), "--src", "en", "--tgt", "fr", "--out", str(tmp_path / "ct2"),
+                      "--format", "ctranslate2", "--quantization", ""]) == 2
+    assert "--quantization '': pick one of float32, int16, int8" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
 
 
 @needs_ctranslate2

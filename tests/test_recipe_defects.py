@@ -374,3 +374,11 @@ def test_an_os_error_of_any_command_is_one_line(tmp_path, capsys, monkeypatch):
     assert langshare(["recipe", "write-configs", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"langshare recipe: error: [Errno 13] Permission denied: '{tmp_path / 'clsr'}'"]
+
+
+def test_average_refuses_a_save_dir_and_inputs_together(tmp_path, capsys):
+    """Was: SAVE_DIR silently ignored when --inputs was given too."""
+    assert langshare(["recipe", "average", str(tmp_path), "--inputs", str(tmp_path / "a.pt"), "--out",
+                      str(tmp_path / "avg.pt")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"langshare recipe: error: give SAVE_DIR {tmp_path} (with --last N) or --inputs CHECKPOINT ..., not both"]

@@ -17,13 +17,14 @@ _OPTIONS = {"quantization": ("ctranslate2",), "data": ("ctranslate2", "transform
 
 def _run(args) -> int:
     for option, formats in _OPTIONS.items():
-        if getattr(args, option) and args.format not in formats:
+        if getattr(args, option) is not None and args.format not in formats:
             raise ExportError(f"--{option} applies to --format {' and '.join(formats)} only")
     check_pair(args.src, args.tgt)
     if args.format == "ctranslate2":
         from .ctranslate2_export import export_ctranslate2
 
-        export_ctranslate2(args.checkpoint, args.src, args.tgt, args.out, args.quantization or "float32",
+        export_ctranslate2(args.checkpoint, args.src, args.tgt, args.out,
+                           "float32" if args.quantization is None else args.quantization,
                            data=args.data, spm=args.spm)
     elif args.format == "transformers":
         from .transformers_export import export_transformers

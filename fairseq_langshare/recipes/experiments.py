@@ -121,6 +121,8 @@ def _average(args):
 
     if not args.inputs and not args.save_dir:
         raise ValueError("give SAVE_DIR (with --last N) or --inputs CHECKPOINT ...")
+    if args.inputs and args.save_dir:  # one of them would be ignored
+        raise ValueError(f"give SAVE_DIR {args.save_dir} (with --last N) or --inputs CHECKPOINT ..., not both")
     paths = args.inputs or last_update_checkpoints(args.save_dir, args.last)
     average_checkpoints(paths, args.out)
     print(f"averaged {len(paths)} checkpoints into {args.out}")

@@ -18,7 +18,7 @@ import tempfile
 from typing import Dict, List
 
 from .. import significance
-from ..command_line import add_command
+from ..command_line import add_command, shell_words
 from . import head_to_head_record, head_to_head_report
 from .head_to_head_models import BASELINE, DIRECTIONS, MODELS
 from .head_to_head_runs import (DEFAULT_CORPORA, DEFAULT_UPDATES, EVALUATE_FLAGS, EVALUATE_SECONDS, FLOPS_TOLERANCE,
@@ -335,7 +335,7 @@ def _run(args):
                      corpora=corpora, jobs=args.jobs, device=args.device, dry_run=args.dry_run,
                      imports=args.import_run or (), out_json=getattr(args, "out_json", None),
                      out_md=getattr(args, "out_md", None), figure=getattr(args, "figure", None),
-                     analyze=args.analyze, examples=args.examples, train_flags=shlex.split(args.train_flags),
+                     analyze=args.analyze, examples=args.examples, train_flags=args.train_flags,
                      record_dir=args.record_dir, readme=getattr(args, "readme", None), report_only=args.report_only,
                      n_samples=args.bootstrap_samples)
     except RuntimeError as error:
@@ -379,7 +379,7 @@ def add_subcommand(subparsers):
     p.add_argument("--examples", type=Range(0, why="translations shown").of(int), default=0,
                    help="print this many test translations of every model for the largest, a middle and the "
                         "smallest direction")
-    p.add_argument("--train-flags", default="",
+    p.add_argument("--train-flags", default="", type=shell_words,
                    help="fairseq-train flags for every run, after the head-to-head's settings (a flag given here "
                         "wins), recorded in the results; write it with '=', e.g. make demo's "
                         "--train-flags='--max-tokens 1024 --dropout 0'")
