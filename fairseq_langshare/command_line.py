@@ -39,6 +39,13 @@ def shell_words(text: str) -> List[str]:
         raise argparse.ArgumentTypeError(f"{error} in {text!r}; balance the quotes") from None
 
 
+def file_name(text: str) -> str:
+    """The ``type`` of an output file option: an empty value (``--out-json "$F"`` with F unset) names no file."""
+    if text == "":
+        raise argparse.ArgumentTypeError("'' names no file: pass a file name, or leave the option out")
+    return text
+
+
 def add_command(subparsers, name: str, help: str, description: str) -> argparse.ArgumentParser:
     """The parser of sub-command ``name``, whose ``--help`` shows every option's default."""
     return subparsers.add_parser(name, help=help, description=description,

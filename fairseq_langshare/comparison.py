@@ -20,7 +20,7 @@ from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .atomic_files import check_writable, write_json_atomic, write_text_atomic
-from .command_line import add_command
+from .command_line import add_command, file_name
 from .evaluation import METRICS, EvaluationError, _averages, _csv, _fmt, _read_json, bleu_signature, read_references
 from . import off_target, significance
 from .option_ranges import Range
@@ -432,7 +432,8 @@ def add_subcommand(subparsers):
     c.add_argument("--bootstrap-samples", type=Range(1, why="resamples per test").of(int),
                    default=significance.DEFAULT_SAMPLES,
                    help="paired bootstrap resamples per test (at least 1)")
-    c.add_argument("--out-json", default=None, help="write the comparison (means, stds, tests) as JSON here")
-    c.add_argument("--out-md", default=None, help="write the markdown tables here")
+    c.add_argument("--out-json", default=None, type=file_name,
+                   help="write the comparison (means, stds, tests) as JSON here")
+    c.add_argument("--out-md", default=None, type=file_name, help="write the markdown tables here")
     c.set_defaults(func=_run)
     return c

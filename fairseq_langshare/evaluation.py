@@ -36,7 +36,7 @@ from .checkpoint_safety import CheckpointError, require_checkpoint
 from .saved_config import export_record
 from .result_kinds import (COMPARE_JSON, EVALUATE_JSON, EVALUATE_MARKDOWN, HEAD_TO_HEAD_JSON, file_kind, held_unless,
                            json_kind)
-from .command_line import add_command, shell_words
+from .command_line import add_command, file_name, shell_words
 from . import off_target
 from .data.binarized import BinarizedDataError, sentence_count
 from .direction_groups import group_members
@@ -833,8 +833,8 @@ def add_subcommand(subparsers):
     p.add_argument("--spbleu-tokenize", default="auto", choices=("auto",) + _SPBLEU_TOKENIZERS,
                    help="spBLEU tokenizer: auto (flores200 if local, else flores101) or one of them "
                         "(the LSL paper: flores101)")
-    p.add_argument("--out-json", default=None, help="write the results as JSON here")
-    p.add_argument("--out-md", default=None, help="write the markdown tables here")
+    p.add_argument("--out-json", default=None, type=file_name, help="write the results as JSON here")
+    p.add_argument("--out-md", default=None, type=file_name, help="write the markdown tables here")
     p.add_argument("--generate-args", default="", type=shell_words,
                    help="extra fairseq-generate flags as one string, e.g. --generate-args='--cpu --nbest 1'; not "
                         "those evaluate sets itself (--beam, --lenpen, --gen-subset, --path, ...: refused)")

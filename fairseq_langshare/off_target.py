@@ -34,7 +34,7 @@ import os
 from collections import Counter, OrderedDict
 from typing import Dict, List, Optional, Sequence
 
-from .command_line import add_command
+from .command_line import add_command, file_name
 from .direction_groups import group_members
 
 MIN_CHARS = 20
@@ -481,7 +481,7 @@ def add_subcommand(subparsers):
     p.add_argument("corpus", nargs="?", help="corpus directory (manifest.json, raw/); with --results: default, the "
                                              "corpus the results were evaluated on")
     p.add_argument("--split", default=None, help="split whose references measure the identifier (default: test)")
-    p.add_argument("--out-json", default=None, help="write the per-language measurement as JSON here")
+    p.add_argument("--out-json", default=None, type=file_name, help="write the per-language measurement as JSON here")
     p.add_argument("--results", nargs="+", default=None, metavar="RESULTS.json",
                    help="evaluate results to add the off-target rate to, in place")
     p.set_defaults(func=_run)

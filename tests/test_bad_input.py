@@ -569,3 +569,17 @@ def test_an_unbalanced_quote_in_an_option_of_flags_names_the_option(command, fla
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"langshare {command[0]}: error: argument {flag}: No closing quotation in \"--dropout '\"; balance the quotes")
+
+
+@pytest.mark.parametrize("command,flag", [(["evaluate", "ckpt.pt", "corpus"], "--out-json"),
+                                          (["evaluate", "ckpt.pt", "corpus"], "--out-md"),
+                                          (["compare", "a.json", "b.json"], "--out-json"),
+                                          (["compare", "a.json", "b.json"], "--out-md"),
+                                          (["off-target", "corpus"], "--out-json")])
+def test_an_empty_output_path_is_refused(command, flag, capsys):
+    """``--out-json "$F"`` with F unset: was exit 0 and no file written (an empty path read as no output)."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main([*command, flag, ""])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"langshare {command[0]}: error: argument {flag}: '' names no file: pass a file name, or leave the option out")
