@@ -24,6 +24,8 @@ import math
 from enum import Enum
 from typing import Any, Callable, Optional, Sequence
 
+from .user_errors import option_text
+
 __all__ = ["Range", "OnlyWith", "OptionRangeError", "check_ranges", "check_contradictions", "flag"]
 
 
@@ -66,12 +68,13 @@ class Range:
             return False
         return True
 
-    def message(self, option: str, value) -> str:
-        return f"{option} {value} is outside {self.text}" + (f": {self.why}" if self.why else "")
+    def message(self, option: str, value, said: Optional[str] = None) -> str:
+        """``said``: the option with its value as the user wrote it (default ``option value``)."""
+        return f"{said or f'{option} {value}'} is outside {self.text}" + (f": {self.why}" if self.why else "")
 
-    def check(self, option: str, value) -> None:
+    def check(self, option: str, value, said: Optional[str] = None) -> None:
         if not self.contains(value):
-            raise OptionRangeError(self.message(option, value))
+            raise OptionRangeError(self.message(option, value, said))
 
     def outside(self, kind=float):
         """A value just outside the range (for ``tests/option_sweep.py``), or None when every ``kind`` is in it."""
@@ -141,18 +144,20 @@ def _fields(config_class):
     return dataclasses.fields(config_class) if dataclasses.is_dataclass(config_class) else ()
 
 
-def check_ranges(cfg, config_class) -> None:
+def check_ranges(cfg, config_class, group: Optional[str] = None) -> None:
     """Refuse the first option of ``config_class`` whose value in ``cfg`` (a dataclass, Namespace or
-    DictConfig) is outside its declared ``range``."""
+    DictConfig) is outside its declared ``range``; ``group``: its config group, which fairseq-hydra-train's
+    message names it by (``model.clsr_budget=1.5``)."""
     for field in _fields(config_class):
         declared: Optional[Range] = field.metadata.get("range")
         if declared is not None:
-            declared.check(flag(field.name), _value(cfg, field.name))
+            value = _value(cfg, field.name)
+            declared.check(flag(field.name), value, option_text(field.name, group, value))
 
 
-def check_contradictions(cfg, config_class) -> None:
+def check_contradictions(cfg, config_class, group: Optional[str] = None) -> None:
     """Refuse an option given (not at its default) while the option it depends on (``only_with``) has a
-    value that ignores it."""
+    value that ignores it; ``group`` as in ``check_ranges``."""
     for field in _fields(config_class):
         rule: Optional[OnlyWith] = field.metadata.get("only_with")
         if rule is None:
@@ -164,6 +169,6 @@ def check_contradictions(cfg, config_class) -> None:
             continue
         allowed = " or ".join(rule.values)
         raise OptionRangeError(
-            f"{flag(field.name)} {value} has no effect with {flag(rule.other)} {other}"
+            f"{option_text(field.name, group, value)} has no effect with {option_text(rule.other, group, other)}"
             + (f" ({rule.why})" if rule.why else "")
-            + f": drop {flag(field.name)} or pass {flag(rule.other)} {allowed}")
+            + f": drop {option_text(field.name, group)} or pass {option_text(rule.other, group, allowed)}")

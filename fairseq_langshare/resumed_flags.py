@@ -20,6 +20,7 @@ import shlex
 from enum import Enum
 
 from .run_options import registered_model_name
+from .user_errors import fairseq_cli, option_text
 
 __all__ = ["DEFINING_FLAGS", "ChangedFlagsOnResume", "check_resumed_flags"]
 
@@ -75,7 +76,11 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def _said(flag, value) -> str:
+def _said(option, value) -> str:
+    """``--option value`` (``--switch``, ``no --switch``), or fairseq-hydra-train's ``model.option=value``."""
+    if fairseq_cli() == "fairseq-hydra-train":
+        return option_text(option, "model", value)
+    flag = option_text(option)
     if value is True:
         return flag
     if value is False or value is None:
@@ -91,7 +96,7 @@ def check_resumed_flags(path, saved_cfg, cfg, model, arch) -> None:
     if saved.get("arch") or saved.get("_name"):
         was = saved.get("arch") or saved.get("_name")
         if was != arch:  # the other flags follow from it
-            _refuse(path, [("--arch", was, arch)])
+            _refuse(path, [("arch", was, arch)])
     name = registered_model_name(model)
     config_class = getattr(model, "config_class", None)
     defaults = {f.name: f.default for f in dataclasses.fields(config_class)} if config_class else {}
@@ -100,17 +105,18 @@ def check_resumed_flags(path, saved_cfg, cfg, model, arch) -> None:
         default = defaults.get(option) if option not in TRANSFORMER else None
         was, now = _value(saved, option, default), _value(current, option, default)
         if was is not None and now is not None and not _same(was, now):
-            changed.append(("--" + option.replace("_", "-"), was, now))
+            changed.append((option, was, now))
     if changed:
         _refuse(path, changed)
 
 
 def _refuse(path, changed):
-    was = ", ".join(_said(flag, value) for flag, value, _ in changed)
-    now = ", ".join(_said(flag, value) for flag, _, value in changed)
-    restore = [_said(flag, value) for flag, value, _ in changed]
+    """``changed``: (option, the checkpoint's value, this run's value) for each option that differs."""
+    was = ", ".join(_said(option, value) for option, value, _ in changed)
+    now = ", ".join(_said(option, value) for option, _, value in changed)
+    restore = [_said(option, value) for option, value, _ in changed]
     with_ = " ".join(said for said in restore if not said.startswith("no --"))
     without = " ".join(said[len("no "):] for said in restore if said.startswith("no --"))
     fix = " and ".join(([f"with {with_}"] if with_ else []) + ([f"without {without}"] if without else []))
     raise ChangedFlagsOnResume(f"{path} was trained with {was}, this run has {now}: resume {fix}, as it was "
-                               "trained, or start a new run in another --save-dir")
+                               f"trained, or start a new run in another {option_text('save_dir', 'checkpoint')}")

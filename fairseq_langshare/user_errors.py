@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Optional
 
-__all__ = ["fairseq_cli", "plugin_error", "error_line", "refuse_at_start", "install"]
+__all__ = ["fairseq_cli", "option_text", "plugin_error", "error_line", "refuse_at_start", "install"]
 
 PACKAGE = __name__.rsplit(".", 1)[0]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -40,6 +40,23 @@ def fairseq_cli() -> Optional[str]:
     if spec is not None and spec.name.startswith("fairseq_cli."):
         return "fairseq-" + spec.name.split(".")[1].replace("_", "-")
     return None
+
+
+_NO_VALUE = object()
+_NODE_NAMES = (("arch", "model"), ("criterion", "criterion"))  # hydra's config names these nodes' ``_name``
+
+
+def option_text(name: str, group: Optional[str] = None, value=_NO_VALUE) -> str:
+    """Option ``name`` (of config group ``group``: model, task, optimization, checkpoint, ...) as the user
+    writes it: ``--max-update 30`` (a switch alone: ``--lsl-search``) on fairseq-train's command line,
+    ``optimization.max_update=30`` under fairseq-hydra-train; without a group, always the flag."""
+    if group is not None and fairseq_cli() == "fairseq-hydra-train":
+        key = f"{group}.{'_name' if (name, group) in _NODE_NAMES else name}"
+        if value is _NO_VALUE:
+            return key
+        return f"{key}={'null' if value is None else str(value).lower() if isinstance(value, bool) else value}"
+    flag = "--" + name.replace("_", "-")
+    return flag if value is _NO_VALUE or value is True else f"{flag} {value}"
 
 
 def _raised_here(error: BaseException) -> bool:

@@ -133,6 +133,29 @@ def test_hydra_train_refuses_a_misspelt_model_option_in_one_line(corpus, tmp_pat
     assert not (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
 
 
+def test_hydra_train_messages_name_options_as_hydra_overrides(corpus, tmp_path):
+    """Under fairseq-hydra-train a refusal names the override to write (``model.encoder_layers=2``), not
+    fairseq-train's flag (``--encoder-layers 2``), which a hydra user cannot pass."""
+    base = [str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "configs"), "--config-name", "demo",
+            f"common.user_dir={PKG_DIR}", f"task.data={corpus['bin']}", "task.langs='en,xx,yy'",
+            "task.lang_pairs='en-xx,en-yy'", "model._name=clsr_transformer_tiny", "dataset.max_tokens=500",
+            f"checkpoint.save_dir={tmp_path / 'ckpt'}", "checkpoint.save_interval_updates=0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for extra, says in (
+            (["+model.clsr_budget=1.5", "optimization.max_update=1"],
+             "model.clsr_budget=1.5 is outside [0, 1]: "),
+            (["optimization.max_update=1"], None),
+            (["+model.encoder_layers=3", "optimization.max_update=2"],
+             "was trained with model.encoder_layers=2, this run has model.encoder_layers=3: resume with "
+             "model.encoder_layers=2, as it was trained, or start a new run in another checkpoint.save_dir")):
+        proc = subprocess.run(base + extra, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        if says is None:
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            continue
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 1 and last.startswith("fairseq-hydra-train: error: ") and says in last, last
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -234,3 +257,19 @@ def test_a_preset_run_on_a_hydra_model_node_fills_what_fairseq_train_would(arch)
     assert node.base_layers == 0 and node.dropout == 0.1
     if arch.startswith(("latent_depth", "adaptive_sparse")):  # pre-norm presets
         assert node.decoder_normalize_before is True
+
+
+@pytest.mark.parametrize("prog,expected", [
+    ("fairseq-train", ["--max-update 30", "--lsl-search", "--arch clsr_transformer_tiny",
+                       "--criterion label_smoothed_cross_entropy", "--save-dir", "--clsr-budget"]),
+    ("fairseq-hydra-train", ["optimization.max_update=30", "model.lsl_search=true", "model._name=clsr_transformer_tiny",
+                             "criterion._name=label_smoothed_cross_entropy", "checkpoint.save_dir", "--clsr-budget"]),
+])
+def test_options_are_written_as_the_running_command_takes_them(prog, expected, monkeypatch):
+    from fairseq_langshare.user_errors import option_text
+
+    monkeypatch.setattr(sys, "argv", [f"/venv/bin/{prog}"])
+    assert [option_text("max_update", "optimization", 30), option_text("lsl_search", "model", True),
+            option_text("arch", "model", "clsr_transformer_tiny"),
+            option_text("criterion", "criterion", "label_smoothed_cross_entropy"),
+            option_text("save_dir", "checkpoint"), option_text("clsr_budget")] == expected

@@ -12,6 +12,7 @@ import torch
 from fairseq.criterions import CRITERION_REGISTRY
 
 from ..run_options import in_fairseq_training, registered_model_name, resumed_checkpoint, saved_checkpoint
+from ..user_errors import option_text
 from .langshare_label_smoothed_cross_entropy import LangshareLabelSmoothedCrossEntropy
 
 __all__ = ["AUXILIARY_TERMS", "AuxiliaryLossesDropped", "auxiliary_terms", "require_auxiliary_criterion"]
@@ -20,7 +21,7 @@ CRITERION = "langshare_label_smoothed_cross_entropy"
 
 
 def _weighted(*terms):
-    return [f"{name} (--{flag} {weight})" for name, flag, weight in terms if weight]
+    return [f"{name} ({option_text(option, 'model', weight)})" for name, option, weight in terms if weight]
 
 
 def _committed(weights) -> bool:
@@ -33,15 +34,15 @@ def _committed(weights) -> bool:
 # registered model name -> (its model config, the weights the run resumes) -> the auxiliary losses it adds in
 # training, with their weight flags
 AUXILIARY_TERMS = {
-    "clsr_transformer": lambda c, resumed: _weighted(("budget", "clsr-budget-weight", c.clsr_budget_weight))
+    "clsr_transformer": lambda c, resumed: _weighted(("budget", "clsr_budget_weight", c.clsr_budget_weight))
     if str(c.clsr_variant) in ("clsr", "gate") else [],  # the other variants' gates are fixed: no budget
     "latent_depth_transformer": lambda c, resumed: [] if _committed(resumed) else _weighted(
-        ("kl", "latent-kl-weight", c.latent_kl_weight),
-        ("target_depth", "latent-target-depth-weight",
+        ("kl", "latent_kl_weight", c.latent_kl_weight),
+        ("target_depth", "latent_target_depth_weight",
          c.latent_target_depth_weight if c.latent_encoder_target_depth or c.latent_decoder_target_depth else 0)),
     "adaptive_sparse_transformer": lambda c, resumed: _weighted(
-        ("sparsity", "sparse-cs", c.sparse_cs), ("disparity", "sparse-cd", c.sparse_cd),
-        ("topk", "sparse-ct", c.sparse_ct)),
+        ("sparsity", "sparse_cs", c.sparse_cs), ("disparity", "sparse_cd", c.sparse_cd),
+        ("topk", "sparse_ct", c.sparse_ct)),
 }
 
 
@@ -82,6 +83,7 @@ def require_auxiliary_criterion(model, criterion, arch) -> None:
     if not terms:
         return
     used = next((n for n, cls in CRITERION_REGISTRY.items() if cls is type(criterion)), type(criterion).__name__)
+    ours, theirs = (option_text("criterion", "criterion", name) for name in (CRITERION, used))
     raise AuxiliaryLossesDropped(
-        f"{arch} adds auxiliary losses ({', '.join(terms)}) that only --criterion {CRITERION} puts into the loss, "
-        f"--criterion {used} drops them: pass --criterion {CRITERION} (or set their weights to 0)")
+        f"{arch} adds auxiliary losses ({', '.join(terms)}) that only {ours} puts into the loss, {theirs} drops "
+        f"them: pass {ours} (or set their weights to 0)")

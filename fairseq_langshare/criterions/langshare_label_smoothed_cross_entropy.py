@@ -38,7 +38,7 @@ class LangshareCriterionConfig(LabelSmoothedCrossEntropyCriterionConfig):
 class LangshareLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     @classmethod
     def build_criterion(cls, cfg, task):
-        check_ranges(cfg, LangshareCriterionConfig)
+        check_ranges(cfg, LangshareCriterionConfig, "criterion")
         return super().build_criterion(cfg, task)
 
     def forward(self, model, sample, reduce=True):

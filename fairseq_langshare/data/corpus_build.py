@@ -27,7 +27,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import unicodedata
 from multiprocessing import Pool
 

@@ -16,7 +16,6 @@ data (zero-shot directions): ``prepare-data``'s given test-only files.
 """
 
 import heapq
-import os
 
 from .corpus_build import fingerprint, write_pair_files
 

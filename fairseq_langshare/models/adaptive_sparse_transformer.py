@@ -150,7 +150,7 @@ def budgets(cfg, stack: str) -> Dict[str, int]:
 def validate(cfg) -> None:
     """One line naming the problem and the fix for every option whose valid values depend on other options (the
     range of each option on its own is declared with the option: ``option_ranges``)."""
-    check_ranges(cfg, AdaptiveSparseTransformerConfig)
+    check_ranges(cfg, AdaptiveSparseTransformerConfig, "model")
     types = sparse_types(cfg)
     if not types or any(t not in SPARSITY_TYPES for t in types) or len(set(types)) != len(types):
         raise ValueError(f"--sparse-types {cfg.sparse_types!r}: give a comma-separated subset of "

@@ -47,7 +47,7 @@ class ConfigTransformerModel(TransformerModel):
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
         cfg = cls.config_class.from_namespace(args)
-        check_ranges(cfg, cls.config_class)
+        check_ranges(cfg, cls.config_class, "model")
         return cfg
 
     @classmethod

@@ -28,6 +28,7 @@ from ..modules.activation_checkpointing import replace_fairseq_checkpointing
 from ..modules.auxiliary import collect_auxiliary
 from ..modules.routing import LanguageIds
 from ..option_ranges import check_contradictions
+from ..user_errors import option_text
 from .config_transformer import ConfigTransformerModel
 
 logger = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ class LanguageAwareTransformerModel(ConfigTransformerModel):
     def check_training_run(self, args) -> None:
         """Called by the task when a training run starts (not when a checkpoint is decoded): options that
         contradict each other (``only_with`` in ``config_class``) are refused."""
-        check_contradictions(self.cfg, self.config_class)
+        check_contradictions(self.cfg, self.config_class, "model")
 
     # --- auxiliary losses -------------------------------------------------------------
     def auxiliary_outputs(self):
@@ -228,5 +229,6 @@ class LanguageAwareTransformerModel(ConfigTransformerModel):
         arch = decode_settings(stored).get("arch") if stored is not None else None
         was = f"holds a {arch} model" if arch else "holds other weights"
         here = self.arch_name
+        given = f" ({option_text('arch', 'model', arch)})" if arch else ""
         return (f"the checkpoint {was} but this run builds {here} ({details}); resume with the flags it was trained "
-                f"with{f' (--arch {arch})' if arch else ''} or train into another --save-dir")
+                f"with{given} or train into another {option_text('save_dir', 'checkpoint')}")

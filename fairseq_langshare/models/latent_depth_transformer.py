@@ -125,7 +125,7 @@ def latent_stacks(model_cfg) -> List[str]:
 def validate(cfg) -> None:
     """One line naming the problem and the fix for every option whose valid values depend on other options (the
     range of each option on its own is declared with the option: ``option_ranges``)."""
-    check_ranges(cfg, LatentDepthTransformerConfig)
+    check_ranges(cfg, LatentDepthTransformerConfig, "model")
     stacks = latent_stacks(cfg)
     for stack in stacks:
         if not getattr(cfg, stack).normalize_before:

@@ -41,7 +41,7 @@ from ..languages import LanguageInventory, dictionary_fingerprint
 from ..models.config_transformer import check_model_node
 from ..modules.first_rank import first_rank
 from ..option_ranges import Range, check_ranges
-from ..user_errors import fairseq_cli
+from ..user_errors import fairseq_cli, option_text
 from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
                                 warn_too_long)
 from .language_tagged_dataset import LanguageTaggedDataset, attach_lang_ids
@@ -183,7 +183,7 @@ def check_dictionaries(args):
 def check_options(args):
     """Options fairseq would accept and then fail on deep inside (or, for fairseq-interactive, only after
     the first input line): one line naming the problem and the fix."""
-    check_ranges(args, MultilingualLangshareConfig)
+    check_ranges(args, MultilingualLangshareConfig, "task")
     if fairseq_cli() == "fairseq-interactive":
         require_direction(args)
         tolerate_undecodable_stdin()
@@ -235,15 +235,20 @@ def check_resumed_updates(update_num: int, args) -> None:
     if max_update <= 0 or update_num <= max_update:
         return
     path = resumed_checkpoint(args)
+    max_update_was, max_update_now = (option_text("max_update", "optimization", n) for n in (max_update, update_num))
     if not resumes_own_checkpoint(args):  # another run's checkpoint: a new --save-dir would load it again
-        flag = "--continue-once" if path == run_option(args, "continue_once", "checkpoint") else "--restore-file"
+        name = "continue_once" if path == run_option(args, "continue_once", "checkpoint") else "restore_file"
+        flag = option_text(name, "checkpoint")
         raise ResumedPastMaxUpdate(
-            f"{flag} {path} was trained for {update_num} updates, more than --max-update {max_update}: "
-            f"pass --max-update {update_num} or more to train on from its count, or --reset-optimizer to count "
-            f"updates from 0 (or --finetune-from-model instead of {flag}: fine-tuning)")
-    raise ResumedPastMaxUpdate(f"{path} was trained for {update_num} updates, more than --max-update {max_update}: "
-                               f"pass --max-update {update_num} or more to train on, or another --save-dir to start "
-                               f"a new run (--finetune-from-model {path} to start it from these weights)")
+            f"{option_text(name, 'checkpoint', path)} was trained for {update_num} updates, more than "
+            f"{max_update_was}: pass {max_update_now} or more to train on from its count, or "
+            f"{option_text('reset_optimizer', 'checkpoint', True)} to count updates from 0 (or "
+            f"{option_text('finetune_from_model', 'checkpoint')} instead of {flag}: fine-tuning)")
+    raise ResumedPastMaxUpdate(f"{path} was trained for {update_num} updates, more than {max_update_was}: "
+                               f"pass {max_update_now} or more to train on, or another "
+                               f"{option_text('save_dir', 'checkpoint')} to start a new run "
+                               f"({option_text('finetune_from_model', 'checkpoint', path)} to start it from these "
+                               "weights)")
 
 
 def _arch(cfg) -> Optional[str]:
@@ -263,7 +268,8 @@ def refuse_changed_flags(cfg, model, arch) -> None:
 def _batches_per_update(processes: int, update_freq) -> Tuple[int, str]:
     freq = int(update_freq[0] if isinstance(update_freq, (list, tuple)) or OmegaConf.is_list(update_freq)
                else update_freq)
-    return processes * freq, f"{processes} process{'es' if processes > 1 else ''} x --update-freq {freq}"
+    return processes * freq, (f"{processes} process{'es' if processes > 1 else ''} x "
+                              f"{option_text('update_freq', 'optimization', freq)}")
 
 
 def warn_if_the_batch_changed(update_num: int, args) -> None:
@@ -283,8 +289,9 @@ def warn_if_the_batch_changed(update_num: int, args) -> None:
     processes = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     now, says = _batches_per_update(processes, run_option(args, "update_freq", "optimization", [1]))
     if now != before:
-        keep = f"pass --update-freq {before // processes} to keep it" if before % processes == 0 else (
-            f"keep processes x --update-freq at {before} to keep it")
+        keep = (f"pass {option_text('update_freq', 'optimization', before // processes)} to keep it"
+                if before % processes == 0 else
+                f"keep processes x {option_text('update_freq', 'optimization')} at {before} to keep it")
         logger.warning(f"{path} was trained with {before} batches per update ({said}), this run takes {now} ({says}): "
                        f"each update now takes {now}/{before} of the batch it trained with; {keep} (docs/scale.md)")
 
