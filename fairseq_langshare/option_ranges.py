@@ -34,8 +34,8 @@ class OptionRangeError(ValueError):
 
 
 def flag(name: str) -> str:
-    """``clsr_gate_dim`` -> ``--clsr-gate-dim``."""
-    return "--" + name.replace("_", "-")
+    """``clsr_gate_dim`` -> ``--clsr-gate-dim`` (``option_text`` without a config group)."""
+    return option_text(name)
 
 
 class Range:
