@@ -18,6 +18,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 
+from ..modules.auxiliary import read_floats
 from ..option_ranges import Range, check_ranges
 
 AUX_PREFIX, STAT_PREFIX = "aux_", "stat_"
@@ -53,10 +54,11 @@ class LangshareLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
             "sample_size": sample_size,
         }
         aux_losses, stats = model.auxiliary_outputs() if hasattr(model, "auxiliary_outputs") else ({}, {})
+        logged = read_floats({name: value for name, (value, _) in aux_losses.items()})  # one device read
         for name, (value, weight) in aux_losses.items():
             if weight != 0:
                 loss = loss + weight * value * sample_size
-            logging_output[AUX_PREFIX + name] = utils.item(value.detach()) * sample_size
+            logging_output[AUX_PREFIX + name] = logged[name] * sample_size
         for name, value in stats.items():
             logging_output[STAT_PREFIX + name] = float(value) * sample_size
         logging_output["loss"] = loss.data

@@ -15,7 +15,7 @@ import torch
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
 
-from .routing import LanguageIds, LastResult, route_by_language
+from .routing import LanguageIds, LastResult, languages_present, route_by_language
 
 __all__ = ["Adapter", "AdapterBank", "LanguagePairTable", "MissingPairAdapter", "UP_INIT_STD", "SLOT_NAMES"]
 
@@ -142,9 +142,11 @@ class AdapterBank(nn.Module):
                 raise RuntimeError("a pair adapter bank has no language-pair table: the model attaches one when built")
             return self.pair_table.slots(self.languages.get("src"), self.languages.get("tgt"))
         ids = self.languages.get(self.side)
-        if ids.numel() and (int(ids.max()) >= len(self.slots) or int(ids.min()) < 0):
-            raise IndexError(f"language id {int(ids.max())} has no adapter: the bank holds {len(self.slots)} languages "
-                             "(the --langs inventory it was built with); decode with the same --langs")
+        langs = languages_present(ids)  # the routing's grouping of these ids: no read of its own
+        if langs and (langs[-1] >= len(self.slots) or langs[0] < 0):
+            raise IndexError(f"language id {langs[-1] if langs[0] >= 0 else langs[0]} has no adapter: the bank holds "
+                             f"{len(self.slots)} languages (the --langs inventory it was built with); decode with the "
+                             "same --langs")
         return ids
 
     def slot_for(self, src_id: int, tgt_id: int) -> int:

@@ -7,7 +7,7 @@ forward overwrites the record of the same name, so decoding (where nobody collec
 accumulate anything.
 """
 
-from typing import Dict, Tuple
+from typing import Dict, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from .activation_checkpointing import recomputing
 from .call_state import CallState
 
-__all__ = ["AuxiliaryReporter", "collect_auxiliary"]
+__all__ = ["AuxiliaryReporter", "collect_auxiliary", "read_floats"]
 
 
 class _Records(CallState):
@@ -76,5 +76,17 @@ def collect_auxiliary(model: nn.Module) -> Tuple[Dict[str, Tuple[Tensor, float]]
                 value = prev_value + value
             losses[name] = (value, weight)
         for name, value in module_stats.items():
-            stats.setdefault(name, []).append(float(value))
-    return losses, {k: sum(v) / len(v) for k, v in stats.items()}
+            stats.setdefault(name, []).append(value)
+    return losses, read_floats({k: sum(v) / len(v) for k, v in stats.items()})
+
+
+def read_floats(values: Dict[str, Union[Tensor, float]]) -> Dict[str, float]:
+    """``values`` as Python floats, the tensors among them read from the device in one go (each
+    ``float(tensor)`` would wait for a GPU once)."""
+    tensors = [name for name, value in values.items() if torch.is_tensor(value)]
+    read = {}
+    if tensors:
+        first = values[tensors[0]]
+        stacked = torch.stack([values[n].detach().float().reshape(()).to(first.device) for n in tensors])
+        read = dict(zip(tensors, stacked.tolist()))
+    return {name: read[name] if name in read else float(value) for name, value in values.items()}

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from .activation_checkpointing import recomputing
 from .call_state import CallState
-from .routing import LanguageIds, language_grouping, languages_present, route_by_language
+from .routing import LanguageIds, language_grouping, languages_present, present_ids, route_by_language
 from .schedules import ScheduledModule, keep_horizons, linear_ramp
 
 __all__ = ["LanguageProjections", "ClsrGate", "ClsrUnit", "GATE_MODES"]
@@ -66,7 +66,7 @@ class LanguageProjections(nn.Module):
         langs = languages_present(lang_ids)
         if len(langs) == 1:
             return {langs[0]: weight[langs[0]]}
-        picked = weight.index_select(0, torch.tensor(langs, device=weight.device)).unbind(0)
+        picked = weight.index_select(0, present_ids(lang_ids).to(weight.device)).unbind(0)
         return dict(zip(langs, picked))
 
     def forward(self, h: Tensor, lang_ids: Tensor) -> Tensor:

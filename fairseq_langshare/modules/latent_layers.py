@@ -149,12 +149,17 @@ def keep_from_state(state: dict, prefix: str, rule: str, threshold: float, targe
     return keep_table(alpha, rule, threshold, target_depth if rule == "top-k" else 0)
 
 
-def mark_languages(mask: Tensor, ids: Optional[Sequence[int]]) -> None:
-    """Set the boolean per-language ``mask`` to the languages ``ids`` (every language when none)."""
+def mark_languages(module: nn.Module, ids: Optional[Sequence[int]]) -> None:
+    """Set ``module.trained_languages``, bool (N,), to the languages ``ids`` (every language when
+    none), and ``module.trained_ids`` to their ids in order: indexing a table with the ids asks a GPU
+    nothing, with the mask it waits for the device (the result's size depends on the mask's values)."""
+    mask = module.trained_languages
     with torch.no_grad():
         mask.fill_(not ids)
         if ids:
             mask[list(ids)] = True
+    module.trained_ids = torch.tensor(sorted(set(ids)) if ids else list(range(mask.numel())), dtype=torch.long,
+                                      device=mask.device)
 
 
 class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
@@ -184,6 +189,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         self._register_load_state_dict_pre_hook(self._uncommitted_by_default)
         self.commit_updates = commit_updates
         self.register_buffer("trained_languages", torch.ones(num_langs, dtype=torch.bool), persistent=False)
+        self.register_buffer("trained_ids", torch.arange(num_langs), persistent=False)
         self.tau_start, self.tau_end, self.tau_anneal_updates = tau_start, tau_end, tau_anneal_updates
         self.prior, self.kl_weight, self.kl_anneal_updates = prior, kl_weight, kl_anneal_updates
         keep_horizons(self, {"commit_updates": "--latent-commit-updates", "tau_anneal_updates": "--latent-tau-anneal-updates",
@@ -199,7 +205,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
     def set_trained_languages(self, ids: Optional[Sequence[int]]) -> None:
         """The languages trained on this side (all when none are named): those the aggregated prior,
         L_K and u_l average over. The model sets them again when a checkpoint re-maps the ids."""
-        mark_languages(self.trained_languages, ids)
+        mark_languages(self, ids)
         self._cache.clear()  # statistics derived with the old mask
 
     def _uncommitted_by_default(self, state_dict, prefix, *args):
@@ -215,6 +221,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
     def set_alpha(self, value: Tensor) -> None:
         """Set the logits alpha (e.g. posteriors by hand)."""
         set_scaled_value(self, "logits", value)
+        self._cache.clear()
 
     # --- schedules: pure functions of num_updates ------------------------------------------
     def tau(self) -> float:
@@ -259,7 +266,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
             return ()
         unkept = self._cache.get("unkept")
         if unkept is None:
-            keep = self.committed_keep[self.trained_languages]
+            keep = self.committed_keep[self.trained_ids]
             unkept = self._cache["unkept"] = tuple((~keep.any(0)).nonzero().flatten().tolist()) if keep.numel() else ()
         return unkept
 
@@ -269,7 +276,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         unkept = self.unkept_layers()
         if not unkept:
             return None
-        keep = self.committed_keep[self.trained_languages]
+        keep = self.committed_keep[self.trained_ids]
         layers = ", ".join(str(i + 1) for i in unkept)
         text = (f"latent depth committed at update {self.num_updates}: {self.name} layer{'s' if len(unkept) > 1 else ''} "
                 f"{layers} (of {self.num_layers}) {'are' if len(unkept) > 1 else 'is'} kept by no language, so "
@@ -277,7 +284,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
                 f"{'them' if len(unkept) > 1 else 'it'} (the weights stay in the checkpoint)")
         if keep.size(0) > 1 and bool((keep == keep[:1]).all()):
             kept = ", ".join(str(i + 1) for i in keep[0].nonzero().flatten().tolist()) or "none"
-            share = undecided_share(self.alpha(), self.trained_languages)
+            share = undecided_share(self.alpha(), self.trained_ids)
             text += (f"; every language keeps the same layers ({kept}): {share:.0%} of the selection posteriors were "
                      "undecided at the commit (docs/latent_depth.md, \"When to commit\")")
         return text
@@ -285,12 +292,16 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
     # --- per forward call --------------------------------------------------------------------
     def _derived(self, name: str, compute):
         """``compute()`` once per value of the logits and of the inference rule (optimizers write
-        ``p.data``, which leaves the version counter alone, so the values themselves are compared)."""
+        ``p.data``, which leaves the version counter alone, so the values themselves are compared).
+        From the commit on the logits are frozen (no gradient, and a commit, a state load or
+        ``set_alpha`` clears the cache): nothing is compared, so a training step asks the device
+        nothing here."""
         logits = self.alpha().detach()
         rule = (self.keep_rule, self.keep_threshold, self.target_depth, self.is_committed())
         entry = self._cache.get(name)
         if entry is not None and entry[0] == rule and entry[1].shape == logits.shape \
-                and entry[1].device == logits.device and torch.equal(entry[1], logits):
+                and entry[1].device == logits.device \
+                and ((rule[-1] and not self.logits.requires_grad) or torch.equal(entry[1], logits)):
             return entry[2]
         value = compute()
         self._cache[name] = (rule, logits.clone(), value)
@@ -313,10 +324,10 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         once per value of the logits (a model that committed is exempt: it trained that network)."""
         if self.is_committed():
             return
-        share = self._derived("undecided", lambda: undecided_share(self.alpha(), self.trained_languages))
+        share = self._derived("undecided", lambda: undecided_share(self.alpha(), self.trained_ids))
         if share > 0 and not self._cache.get("warned_undecided") == share:
             self._cache["warned_undecided"] = share
-            kept = self.keep()[self.trained_languages].float().sum(-1).mean()
+            kept = self.keep()[self.trained_ids].float().sum(-1).mean()
             warnings.warn(
                 f"{share:.0%} of the {self.name} stack's selection posteriors are undecided (between {1 - DECISIVE:.1f} "
                 f"and {DECISIVE:.1f}): inference runs the {self.keep_rule} decision ({float(kept):.1f} layers per "
@@ -347,7 +358,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         if self.logits.requires_grad != self.updates_selection():
             self.logits.requires_grad_(self.updates_selection())
         logits = self.alpha()
-        trained = self.trained_languages
+        trained = self.trained_ids
         z_table = gumbel_sigmoid(logits, self.tau())  # one draw per language and layer
         # Eq. 7, weighted by each language's share of the batch (the NLL term sums over sentences)
         share = torch.bincount(lang_ids, minlength=logits.size(0)).to(z_table) / max(lang_ids.numel(), 1)
@@ -362,44 +373,61 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         return z_rows.t().reshape(self.num_layers, 1, -1, 1)
 
     def _plan(self, lang_ids: Tensor, warn: bool = False) -> List:
-        """The plan of every layer for the rows of ``lang_ids``. Kept while the decision and the
-        languages stay the same: every step of a beam search (until sentences finish) gets the same
-        plan, hence the same row sets (``plan_rows``), without a sync."""
+        """The plan of every layer for the rows of ``lang_ids``, with the rows of each layer that
+        runs on some rows only (``plan_rows``). One device read per call: how many rows keep each
+        layer. At inference the plan is kept while the decision and the languages stay the same:
+        every step of a beam search (until sentences finish) gets the same plan without a read.
+        In training (after the commit) a layer that every trained language keeps, or none does,
+        needs no read: a stack whose trained languages agree on every layer (the encoder of an
+        O2M model) plans without any."""
         keep = self.keep()
         cached = self._cache.get("plan")
-        if cached is not None and cached["keep"] is keep and same_ids(cached["ids"], lang_ids):
+        if not self.training and cached is not None and cached["keep"] is keep and same_ids(cached["ids"], lang_ids):
             self._report_utilisation()
             return cached["plan"]
         if warn:
             self._warn_if_undecided()
-        keep_rows = keep.to(lang_ids.device).index_select(0, lang_ids)  # (B, L)
         self._report_utilisation()
-        any_all = torch.stack([keep_rows.any(0), keep_rows.all(0)]).tolist()  # one sync per call
-        plan = []
-        for layer, (some, every) in enumerate(zip(*any_all)):
-            plan.append(RUN if every else SKIP if not some else keep_rows[:, layer].view(1, -1, 1))
+        plan = list(self._agreed_layers(keep)) if self.training else [None] * self.num_layers
+        open_layers = [layer for layer, step in enumerate(plan) if step is None]
+        keep_rows = keep.to(lang_ids.device).index_select(0, lang_ids)  # (B, L)
+        counts = keep_rows[:, open_layers].sum(0).tolist() if open_layers else []  # the one read
+        rows, batch = {}, lang_ids.numel()
+        for layer, count in zip(open_layers, counts):
+            if count in (0, batch):
+                plan[layer] = RUN if count == batch else SKIP
+            else:
+                plan[layer] = keep_rows[:, layer].view(1, -1, 1)
+                rows[layer] = rows_of(plan[layer], count)
         # the decision is compared by identity: keep() hands the same tensor while the logits and
         # the rule keep their values, and a commit or a state load clears self._cache
-        self._cache["plan"] = {"keep": keep, "ids": lang_ids.clone(), "plan": plan, "rows": {}}
+        self._cache["plan"] = {"keep": keep, "ids": lang_ids.clone(), "plan": plan, "rows": rows}
         return plan
 
+    def _agreed_layers(self, keep: Tensor) -> tuple:
+        """Per layer: RUN when every trained language keeps it in ``keep``, SKIP when none does,
+        None when they differ (read once per decision: the committed one lasts the run)."""
+        cached = self._cache.get("agreed")
+        if cached is None or cached[0] is not keep:
+            trained = keep.index_select(0, self.trained_ids.to(keep.device))
+            every, some = torch.stack([trained.all(0), trained.any(0)]).tolist()
+            cached = self._cache["agreed"] = (keep, tuple(RUN if e else None if s else SKIP for e, s in zip(every, some)))
+        return cached[1]
+
     def plan_rows(self, layer: int, mask: Tensor) -> Tensor:
-        """Row numbers of ``mask``, the (1, B, 1) plan of ``layer``: one sync per plan, and the same
+        """Row numbers of ``mask``, the (1, B, 1) plan of ``layer``: read with the plan, and the same
         tensor at every step that gets the same plan (``SubsetCaches`` keys its row map on it)."""
         cached = self._cache.get("plan")
         if cached is None or cached["plan"][layer] is not mask:  # a plan from elsewhere
             return rows_of(mask)
-        rows = cached["rows"].get(layer)
-        if rows is None:
-            rows = cached["rows"][layer] = rows_of(mask)
-        return rows
+        return cached["rows"][layer]
 
     def _report_utilisation(self) -> None:
         """Expected utilisation u_l = mean of q(z_l = 1) over the trained languages (Figure 6),
         the expected depth sum_l u_l, and the depth the inference rule keeps (computed once per
         value of the logits: decoding steps only copy them)."""
         def compute():
-            trained = self.trained_languages
+            trained = self.trained_ids
             u = torch.sigmoid(self.alpha().detach().float())[trained].mean(0)
             width = len(str(self.num_layers))
             stats = {f"{self.name}_u_{layer + 1:0{width}d}": value for layer, value in enumerate(u.tolist())}

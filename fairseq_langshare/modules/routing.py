@@ -15,13 +15,15 @@ decoder to the layers it built. It is bound for the duration of one forward call
 so the same per-language containers can hold one copy per group.
 """
 
+import collections
+import itertools
 from contextlib import ExitStack, contextmanager
 from typing import Callable, Optional
 
 import torch
 from torch import Tensor
 
-__all__ = ["route_by_language", "languages_present", "language_grouping", "same_ids", "LanguageIds",
+__all__ = ["route_by_language", "languages_present", "present_ids", "language_grouping", "same_ids", "LanguageIds",
            "LanguageGroupIds", "MissingLanguageIds", "LastResult", "bound_languages", "rebound"]
 
 
@@ -126,7 +128,8 @@ _GROUPING = _TwoEntries()
 def language_grouping(lang_ids: Tensor):
     """(languages present, their row counts, rows sorted by language, inverse permutation, runs):
     ``runs`` = (languages, row counts) in row order when every language's rows are one block (the
-    batch is grouped by language: ``order`` and ``inverse`` are then None), else None."""
+    batch is grouped by language: ``order`` and ``inverse`` are then None), else None. Cached per
+    ids tensor: one device read per forward call and side, however many layers ask."""
     return _GROUPING.get(lang_ids, _compute_grouping)
 
 
@@ -136,6 +139,15 @@ def languages_present(lang_ids: Tensor) -> list:
     return language_grouping(lang_ids)[0]
 
 
+_PRESENT = _TwoEntries()
+
+
+def present_ids(lang_ids: Tensor) -> Tensor:
+    """``languages_present`` as a LongTensor on ``lang_ids``' device: copied to the device once per
+    ids tensor, not once per layer (on a GPU each copy from host memory waits for the device)."""
+    return _PRESENT.get(lang_ids, lambda ids: torch.tensor(languages_present(ids), dtype=torch.long, device=ids.device))
+
+
 def same_ids(a: Tensor, b: Tensor) -> bool:
     """Whether two id tensors hold the same ids in the same rows (shape and device first: no
     comparison across devices)."""
@@ -143,16 +155,18 @@ def same_ids(a: Tensor, b: Tensor) -> bool:
 
 
 def _compute_grouping(lang_ids: Tensor):
-    present, counts = torch.unique(lang_ids, sorted=True, return_counts=True)
-    if present.numel() == 1:
-        return [int(present[0])], [lang_ids.numel()], None, None, None
-    blocks, sizes = torch.unique_consecutive(lang_ids, return_counts=True)
-    if blocks.numel() == present.numel():
-        return present.tolist(), counts.tolist(), None, None, (blocks.tolist(), sizes.tolist())
+    ids = lang_ids.tolist()  # the one device read of a call's ids: everything below is counted on the host
+    runs = [(lang, len(list(rows))) for lang, rows in itertools.groupby(ids)]
+    counts = collections.Counter(ids)
+    present = sorted(counts)
+    if len(present) == 1:
+        return present, [len(ids)], None, None, None
+    if len(runs) == len(present):
+        return present, [counts[lang] for lang in present], None, None, ([r[0] for r in runs], [r[1] for r in runs])
     order = torch.argsort(lang_ids, stable=True)
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(order.numel(), device=order.device)
-    return present.tolist(), counts.tolist(), order, inverse, None
+    return present, [counts[lang] for lang in present], order, inverse, None
 
 
 class LanguageIds:

@@ -25,9 +25,14 @@ __all__ = ["rows_of", "take_rows", "put_rows", "cached_kv", "stand_in", "put_att
            "decoder_layer_on_rows", "SubsetCaches"]
 
 
-def rows_of(mask: Tensor) -> Tensor:
-    """Row numbers (LongTensor) where a bool mask of shape (B,) or (1, B, 1) is True (one sync)."""
-    return mask.reshape(-1).nonzero().squeeze(1)
+def rows_of(mask: Tensor, count: Optional[int] = None) -> Tensor:
+    """Row numbers (LongTensor, ascending) where a bool mask of shape (B,) or (1, B, 1) is True:
+    one device read, none when ``count``, the number of True rows, is known (a stable sort puts
+    them first)."""
+    flat = mask.reshape(-1)
+    if count is None:
+        return flat.nonzero().squeeze(1)
+    return torch.argsort(~flat, stable=True)[:count]
 
 
 def take_rows(t: Optional[Tensor], rows: Tensor, dim: int) -> Optional[Tensor]:

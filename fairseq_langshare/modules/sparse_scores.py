@@ -206,13 +206,14 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
             category = CATEGORIES[kind]
             add_scaled_logits(self, f"{category}_logits", shapes[category], logit_init, logit_lr_scale)
         self.register_buffer("trained_languages", torch.ones(num_langs, dtype=torch.bool), persistent=False)
+        self.register_buffer("trained_ids", torch.arange(num_langs), persistent=False)
         self.set_trained_languages(trained_languages)
         self._call = CallState(batch=None)
 
     def set_trained_languages(self, ids: Optional[Sequence[int]]) -> None:
         """The languages trained on this side (all when none are named): those the losses run over.
         The model sets them again when a checkpoint re-maps the ids."""
-        mark_languages(self.trained_languages, ids)
+        mark_languages(self, ids)
 
     def categories(self):
         return [CATEGORIES[kind] for kind in self.types]
@@ -279,7 +280,7 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         self._call = call
 
     def _sample(self, lang_ids: Tensor) -> Dict[str, Tensor]:
-        trained = self.trained_languages
+        trained = self.trained_ids
         phases = {category: self.phase(category) for category in self.categories()}
         scores, log_scores, masks, used = {}, {}, {}, {}
         for category in self.categories():
@@ -291,7 +292,7 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
                 used[category] = masks[category] * s
             else:
                 used[category] = s
-        flat = lambda table: {c: t[trained].flatten(1) for c, t in table.items()}  # (L, N_c) each
+        flat = lambda table: {c: t.index_select(0, trained).flatten(1) for c, t in table.items()}  # (L, N_c) each
         weights = {"sparsity": self.c_s, "disparity": self.c_d, "topk": self.c_t}
         losses = reduced_losses(phases, flat(scores), flat(masks), self.reduction, flat(log_scores))
         for term, value in losses.items():
