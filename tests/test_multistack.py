@@ -196,6 +196,8 @@ def test_group_view_maps_language_ids_to_group_ids():
         assert view.get("src").tolist() == [1, 1]
     with languages.bind(src=torch.tensor([4]), tgt=None), pytest.raises(IndexError, match="the group table covers 4"):
         view.get("src")
+    with languages.bind(src=torch.tensor([0, -1, 3]), tgt=None), pytest.raises(IndexError, match="language id -1 has"):
+        view.get("src")
 
 
 def test_group_tables_are_stored_in_the_model_and_the_config(corpus, families):

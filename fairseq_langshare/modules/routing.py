@@ -284,9 +284,14 @@ class LanguageGroupIds:
 
     @staticmethod
     def _groups(ids: Tensor, table: Tensor) -> Tensor:
-        if ids.numel() and not bool(((ids >= 0) & (ids < table.numel())).all()):  # one sync, not two
+        """The group of every sentence; an id outside the table maps to -1 on the device, which the
+        grouping of the group ids (the one device read, which routing them reuses) finds."""
+        inside = (ids >= 0) & (ids < table.numel())
+        groups = table.to(ids.device).index_select(0, ids.clamp(0, max(table.numel() - 1, 0)))
+        groups = torch.where(inside, groups, torch.full_like(groups, -1))
+        if languages_present(groups)[:1] == [-1]:
             raise IndexError(
-                f"language id {int(ids.max())} has no group: the group table covers {table.numel()} languages "
+                f"language id {int(ids[~inside][0])} has no group: the group table covers {table.numel()} languages "
                 f"(the --langs inventory the model was built with); decode with the same --langs"
             )
-        return table.to(ids.device).index_select(0, ids)
+        return groups
