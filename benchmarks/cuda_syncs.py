@@ -76,8 +76,8 @@ def main(argv=None):
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)
     for config, row in out.items():
-        total = row.get("syncs_per_update", row.get("waits_per_update"))
-        print(f"{config:24s} {total:5.1f} syncs/update  " +
+        unit = "syncs" if "syncs_per_update" in row else "waits"
+        print(f"{config:24s} {row[unit + '_per_update']:5.1f} {unit}/update  " +
               ", ".join(f"{k} x{v:g}" for k, v in list(row["sites_per_update"].items())[:4]))
 
 

@@ -6,9 +6,12 @@ depends on device values (a Python number from a tensor, a ``tolist``, an output
 depends on the values: ``nonzero``, boolean-mask indexing, ``unique``; ``torch.equal``) stops the
 host until the queue drains. ``torch.cuda.set_sync_debug_mode`` reports them on a GPU only; this
 counts the same operations through PyTorch's dispatcher on the CPU, so a test can hold a training
-step to a budget without a GPU. Checked against ``set_sync_debug_mode`` on an H200
-(``benchmarks/results/cuda-syncs-h200.json``: latent depth's 10 waits in the plugin, adaptive
-sparsity's 18 boolean-mask indexings, per update, at the same source lines).
+step to a budget without a GPU. What it cannot see: copies from host memory to the device (on a
+GPU a blocking copy waits too), and operations that read the device inside one aten call. The
+plugin's lines it found at commit 4c098c7 are those ``set_sync_debug_mode`` found on an H200
+(``benchmarks/results/cuda-syncs-h200.json``: latent depth's 10 waits, adaptive sparsity's 18
+boolean-mask indexings, per update); fairseq's differ (the CPU also counts 6 reads of CPU-side
+scalars in its sinusoidal positions, which are no waits on a GPU).
 """
 
 import collections
@@ -22,7 +25,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # aten operations that wait for the device on CUDA: a Python scalar (int/float/bool/item all
 # dispatch _local_scalar_dense), a value-dependent output size, or a boolean answer
 WAITING_OPS = frozenset({"_local_scalar_dense", "nonzero", "equal", "_unique2", "unique_consecutive", "unique_dim",
-                         "masked_select", "is_nonzero"})
+                         "masked_select", "is_nonzero", "bincount"})
+MASK_INDEXED = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})  # a nonzero inside, for a bool index
 
 
 def source_line(filename: str, lineno: int) -> str:
@@ -48,7 +52,7 @@ def _waits(func, args, kwargs) -> bool:
         return True
     if name == "repeat_interleave" and func._overloadname != "self_int":  # repeats from a tensor
         return kwargs.get("output_size") is None
-    if name == "index" and len(args) > 1:  # boolean-mask indexing: a nonzero inside
+    if name in MASK_INDEXED and len(args) > 1:
         return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or []))
     return False
 

@@ -216,9 +216,9 @@ WAIT_BUDGETS = {
     "multistack": ([], 5, 2),
     # the grouping of the target ids, the logged gate statistics, the budget loss: one read each
     "clsr": ([], 5, 3),
-    # after the commit, the plan of each latent stack: how many rows keep each layer whose trained
-    # languages disagree (none here for the encoder, whose only trained language is en)
-    "latent_depth": (["--latent-commit-updates", "1"], 5, 1),
+    # after the commit, the plan of each latent stack (how many rows keep each layer on which
+    # languages disagree), the logged statistics
+    "latent_depth": (["--latent-commit-updates", "1"], 5, 3),
     # in phase 2, the auxiliary losses the criterion logs, read in one go
     "adaptive_sparse": (["--sparse-t-bar", "1"], 5, 1),
 }
@@ -234,16 +234,24 @@ def _waits_of_a_training_step(corpus, method, flags, updates):
                                              arch=METHODS[method][1])
     task.load_dataset("valid")
     criterion = task.build_criterion(args)
-    distinct_languages(model)  # languages keep different layers: some layers run on some rows only
+    distinct_languages(model)  # languages keep different components
+    if method == "latent_depth":  # language n keeps decoder layers n and n + 1 (mod 4): xx and yy differ
+        selector = model.decoder.layer_select
+        n, layers = selector.alpha().shape
+        selector.set_alpha(torch.tensor([[5.0 if (k - i) % layers < 2 else -5.0 for k in range(layers)]
+                                         for i in range(n)]))
     model.train()
     model.set_num_updates(updates)  # e.g. after latent depth's commit, in adaptive sparsity's phase 2
     rows = mixed_indices(task)
     loss, *_ = criterion(model, collate(task, rows))  # the first step after the switch (commit, tables)
     loss.backward()
+    batch = collate(task, [i + 3 for i in rows])  # another batch
     with device_waits() as sites:
-        loss, _, logged = criterion(model, collate(task, [i + 3 for i in rows]))  # another batch
+        loss, _, logged = criterion(model, batch)
         loss.backward()
     assert all(isinstance(v, (int, float)) for v in logged.values() if not torch.is_tensor(v))
+    if method == "latent_depth":  # the step ran a layer on some rows only
+        assert any(torch.is_tensor(step) for step in model.decoder.layer_select._cache["plan"]["plan"])
     return sites, ["--encoder-layers", str(args.encoder_layers), "--decoder-layers", str(args.decoder_layers)]
 
 
@@ -256,3 +264,76 @@ def test_a_training_step_asks_the_device_only_for_what_sets_its_shapes(corpus, m
     base, _ = _waits_of_a_training_step(corpus, "baseline", depth, updates)
     more = {line: n - base.get(line, 0) for line, n in sites.items() if n != base.get(line, 0)}
     assert sum(sites.values()) - sum(base.values()) <= budget, more
+
+
+def _committed_selector(training_ids):
+    """A decoder stack of 5 latent layers over 4 languages, trained on 0 and 1, committed: languages
+    0 and 1 agree on layers 1, 3-5, language 2 differs from both, language 3 is undecided."""
+    from fairseq_langshare.modules.latent_layers import LayerSelector
+
+    selector = LayerSelector("dec", 4, 5, "tgt", commit_updates=1, trained_languages=training_ids)
+    selector.set_alpha(torch.tensor([[5., 5., -5., 5., -5.], [5., -5., -5., 5., -5.],
+                                     [-5., 5., 5., -5., 5.], [0., 0., 0., 0., 0.]]))
+    selector.num_updates = 2
+    selector.train()
+    selector.prepare(torch.tensor([0, 1]))  # commits
+    assert selector.is_committed()
+    return selector
+
+
+def _plan_text(selector, plan):
+    return [step if isinstance(step, str) else selector.plan_rows(layer, step).tolist() for layer, step in enumerate(plan)]
+
+
+@pytest.mark.parametrize("ids", [[0, 2, 1, 3], [2, 2], [0, 1, 1, 0]])
+def test_a_training_plan_runs_each_row_as_its_own_language_decides(ids):
+    """The training plan reads nothing for the layers every language agrees on; it once decided them
+    from the trained languages alone, so a row of a language outside them (fairseq's
+    --extra-lang-pairs trains such directions) ran the trained languages' layers, and an eval call
+    with the same ids reused that plan."""
+    trained = _committed_selector([0, 1])
+    trained.prepare(torch.tensor(ids))
+    fresh = _committed_selector([0, 1])
+    fresh.eval()
+    fresh.prepare(torch.tensor(ids))
+    expected = _plan_text(fresh, fresh._call["plan"])
+    assert _plan_text(trained, trained._call["plan"]) == expected
+    trained.eval()
+    trained.prepare(torch.tensor(ids))
+    assert _plan_text(trained, trained._call["plan"]) == expected
+
+
+def test_training_statistics_follow_the_logits_after_the_commit():
+    """An fp16 optimizer's momentum moves the logits after the commit: the logged u_l follow them
+    (they froze at the commit's values when the step stopped comparing the logits)."""
+    selector = _committed_selector([0, 1])
+    selector.pop_auxiliary()
+    selector.prepare(torch.tensor([0, 1]))
+    before = collect_stats(selector)
+    with torch.no_grad():
+        selector.logits.data.add_(3.0)
+    selector.prepare(torch.tensor([0, 1]))
+    after = collect_stats(selector)
+    assert after["dec_u_1"] > before["dec_u_1"] + 0.001 and after["dec_depth"] > before["dec_depth"]
+
+
+def collect_stats(module):
+    from fairseq_langshare.modules.auxiliary import collect_auxiliary
+
+    return collect_auxiliary(module)[1]
+
+
+def test_rows_of_a_known_count_sorts_no_bool_tensor(monkeypatch):
+    """CUDA sorts no bool tensor before torch 2.5 (the package supports 2.4): the rows of a layer
+    that runs on some rows only are found by sorting uint8."""
+    from fairseq_langshare.modules import row_subsets
+
+    argsort = torch.argsort
+
+    def no_bool(t, *args, **kwargs):
+        assert t.dtype != torch.bool, "torch 2.4 cannot sort bool on CUDA"
+        return argsort(t, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "argsort", no_bool)
+    mask = torch.tensor([False, True, True, False, True]).view(1, -1, 1)
+    assert row_subsets.rows_of(mask, 3).tolist() == [1, 2, 4] == row_subsets.rows_of(mask).tolist()

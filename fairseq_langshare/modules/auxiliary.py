@@ -75,8 +75,8 @@ def collect_auxiliary(model: nn.Module) -> Tuple[Dict[str, Tuple[Tensor, float]]
                     raise ValueError(f"auxiliary loss {name!r} reported with weights {prev_weight} and {weight}")
                 value = prev_value + value
             losses[name] = (value, weight)
-        for name, value in module_stats.items():
-            stats.setdefault(name, []).append(value)
+        for name, value in module_stats.items():  # averaged in double precision, as Python floats were
+            stats.setdefault(name, []).append(value.detach().double() if torch.is_tensor(value) else float(value))
     return losses, read_floats({k: sum(v) / len(v) for k, v in stats.items()})
 
 
@@ -87,6 +87,6 @@ def read_floats(values: Dict[str, Union[Tensor, float]]) -> Dict[str, float]:
     read = {}
     if tensors:
         first = values[tensors[0]]
-        stacked = torch.stack([values[n].detach().float().reshape(()).to(first.device) for n in tensors])
+        stacked = torch.stack([values[n].detach().double().reshape(()).to(first.device) for n in tensors])
         read = dict(zip(tensors, stacked.tolist()))
     return {name: read[name] if name in read else float(value) for name, value in values.items()}

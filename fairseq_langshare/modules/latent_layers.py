@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .auxiliary import AuxiliaryReporter
+from .auxiliary import AuxiliaryReporter, read_floats
 from .first_rank import first_rank
 from .routing import MissingLanguageIds, same_ids
 from .row_subsets import rows_of
@@ -117,8 +117,14 @@ def keep_table(logits: Tensor, rule: str = "threshold", threshold: float = 0.5, 
 def undecided_share(logits: Tensor, languages: Optional[Tensor] = None) -> float:
     """Share of the (trained languages') posteriors with 1 - DECISIVE < q(z_l = 1) < DECISIVE."""
     probs = torch.sigmoid(logits.detach().float())
-    probs = probs if languages is None else probs[languages]
-    return float(((probs > 1 - DECISIVE) & (probs < DECISIVE)).float().mean()) if probs.numel() else 0.0
+    return float(undecided_fraction(probs if languages is None else probs[languages]))
+
+
+def undecided_fraction(probs: Tensor) -> Tensor:
+    """``undecided_share`` of posteriors ``probs`` already selected, a 0-d tensor (no device read)."""
+    if not probs.numel():
+        return probs.new_zeros(())
+    return ((probs > 1 - DECISIVE) & (probs < DECISIVE)).float().mean()
 
 
 def alpha_from_state(state: dict, prefix: str) -> Optional[Tensor]:
@@ -292,16 +298,13 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
     # --- per forward call --------------------------------------------------------------------
     def _derived(self, name: str, compute):
         """``compute()`` once per value of the logits and of the inference rule (optimizers write
-        ``p.data``, which leaves the version counter alone, so the values themselves are compared).
-        From the commit on the logits are frozen (no gradient, and a commit, a state load or
-        ``set_alpha`` clears the cache): nothing is compared, so a training step asks the device
-        nothing here."""
+        ``p.data``, which leaves the version counter alone, so the values themselves are compared:
+        one device read). A training step does not ask: its statistics stay tensors."""
         logits = self.alpha().detach()
         rule = (self.keep_rule, self.keep_threshold, self.target_depth, self.is_committed())
         entry = self._cache.get(name)
         if entry is not None and entry[0] == rule and entry[1].shape == logits.shape \
-                and entry[1].device == logits.device \
-                and ((rule[-1] and not self.logits.requires_grad) or torch.equal(entry[1], logits)):
+                and entry[1].device == logits.device and torch.equal(entry[1], logits):
             return entry[2]
         value = compute()
         self._cache[name] = (rule, logits.clone(), value)
@@ -361,7 +364,8 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         trained = self.trained_ids
         z_table = gumbel_sigmoid(logits, self.tau())  # one draw per language and layer
         # Eq. 7, weighted by each language's share of the batch (the NLL term sums over sentences)
-        share = torch.bincount(lang_ids, minlength=logits.size(0)).to(z_table) / max(lang_ids.numel(), 1)
+        share = z_table.new_zeros(logits.size(0)).index_add_(0, lang_ids, z_table.new_ones(lang_ids.numel())) \
+            / max(lang_ids.numel(), 1)  # bincount would read the device (its size follows the largest id)
         self.report_loss(f"kl_{self.name}", (share * kl_to_prior(logits, self.prior, trained)).sum(), self.kl_beta())
         if self.target_depth > 0:
             self.report_loss(f"target_depth_{self.name}", target_depth_loss(z_table, self.target_depth, trained),
@@ -377,9 +381,8 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         runs on some rows only (``plan_rows``). One device read per call: how many rows keep each
         layer. At inference the plan is kept while the decision and the languages stay the same:
         every step of a beam search (until sentences finish) gets the same plan without a read.
-        In training (after the commit) a layer that every trained language keeps, or none does,
-        needs no read: a stack whose trained languages agree on every layer (the encoder of an
-        O2M model) plans without any."""
+        In training (after the commit) a layer that every language keeps, or none does, needs no
+        read: a stack whose languages agree on every layer plans without any."""
         keep = self.keep()
         cached = self._cache.get("plan")
         if not self.training and cached is not None and cached["keep"] is keep and same_ids(cached["ids"], lang_ids):
@@ -389,11 +392,12 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
             self._warn_if_undecided()
         self._report_utilisation()
         plan = list(self._agreed_layers(keep)) if self.training else [None] * self.num_layers
-        open_layers = [layer for layer, step in enumerate(plan) if step is None]
         keep_rows = keep.to(lang_ids.device).index_select(0, lang_ids)  # (B, L)
-        counts = keep_rows[:, open_layers].sum(0).tolist() if open_layers else []  # the one read
+        counts = keep_rows.sum(0).tolist() if None in plan else []  # the one read
         rows, batch = {}, lang_ids.numel()
-        for layer, count in zip(open_layers, counts):
+        for layer, count in enumerate(counts):
+            if plan[layer] is not None:
+                continue
             if count in (0, batch):
                 plan[layer] = RUN if count == batch else SKIP
             else:
@@ -405,12 +409,12 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         return plan
 
     def _agreed_layers(self, keep: Tensor) -> tuple:
-        """Per layer: RUN when every trained language keeps it in ``keep``, SKIP when none does,
-        None when they differ (read once per decision: the committed one lasts the run)."""
+        """Per layer: RUN when every language keeps it in ``keep``, SKIP when none does, None when
+        they differ (read once per decision: the committed one lasts the run). Every language, not
+        only the trained ones: fairseq's --extra-lang-pairs trains directions --lang-pairs lacks."""
         cached = self._cache.get("agreed")
         if cached is None or cached[0] is not keep:
-            trained = keep.index_select(0, self.trained_ids.to(keep.device))
-            every, some = torch.stack([trained.all(0), trained.any(0)]).tolist()
+            every, some = torch.stack([keep.all(0), keep.any(0)]).tolist()
             cached = self._cache["agreed"] = (keep, tuple(RUN if e else None if s else SKIP for e, s in zip(every, some)))
         return cached[1]
 
@@ -424,20 +428,27 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
 
     def _report_utilisation(self) -> None:
         """Expected utilisation u_l = mean of q(z_l = 1) over the trained languages (Figure 6),
-        the expected depth sum_l u_l, and the depth the inference rule keeps (computed once per
-        value of the logits: decoding steps only copy them)."""
-        def compute():
-            trained = self.trained_ids
-            u = torch.sigmoid(self.alpha().detach().float())[trained].mean(0)
-            width = len(str(self.num_layers))
-            stats = {f"{self.name}_u_{layer + 1:0{width}d}": value for layer, value in enumerate(u.tolist())}
-            stats[f"{self.name}_depth"] = float(u.sum())
-            stats[f"{self.name}_kept"] = float(self.keep()[trained].float().sum(-1).mean())
-            stats[f"{self.name}_undecided"] = undecided_share(self.alpha(), trained)
-            stats[f"{self.name}_committed"] = float(self.is_committed())
-            return stats
+        the expected depth sum_l u_l, and the depth the inference rule keeps. In training they
+        stay tensors, which the criterion reads with the step's other statistics in one go (no read
+        here), and follow the logits (an fp16 optimizer's momentum moves them after the commit);
+        elsewhere they are computed once per value of the logits (decoding steps only copy them)."""
+        if self.training:
+            stats = self._utilisation(self.committed_keep if self.is_committed() else self._decide())
+        else:
+            stats = self._derived("stats", lambda: read_floats(self._utilisation(self.keep())))
+        self._records()["stats"].update(stats)
 
-        self._records()["stats"].update(self._derived("stats", compute))
+    def _utilisation(self, keep: Tensor) -> dict:
+        trained = self.trained_ids
+        probs = torch.sigmoid(self.alpha().detach().float()).index_select(0, trained)
+        u = probs.mean(0)
+        width = len(str(self.num_layers))
+        stats = {f"{self.name}_u_{layer + 1:0{width}d}": u[layer] for layer in range(self.num_layers)}
+        stats[f"{self.name}_depth"] = u.sum()
+        stats[f"{self.name}_kept"] = keep.index_select(0, trained.to(keep.device)).float().sum(-1).mean()
+        stats[f"{self.name}_undecided"] = undecided_fraction(probs)
+        stats[f"{self.name}_committed"] = float(self.is_committed())
+        return stats
 
     # --- asked by the layers -------------------------------------------------------------------
     def for_layer(self, layer: int, batch: int):

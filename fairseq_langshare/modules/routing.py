@@ -145,7 +145,14 @@ _PRESENT = _TwoEntries()
 def present_ids(lang_ids: Tensor) -> Tensor:
     """``languages_present`` as a LongTensor on ``lang_ids``' device: copied to the device once per
     ids tensor, not once per layer (on a GPU each copy from host memory waits for the device)."""
-    return _PRESENT.get(lang_ids, lambda ids: torch.tensor(languages_present(ids), dtype=torch.long, device=ids.device))
+    return _PRESENT.get(lang_ids, _present_on_device)
+
+
+def _present_on_device(ids: Tensor) -> Tensor:
+    present = torch.tensor(languages_present(ids), dtype=torch.long)
+    if ids.is_cuda:  # from pinned memory the copy does not wait for the device
+        return present.pin_memory().to(ids.device, non_blocking=True)
+    return present.to(ids.device)
 
 
 def same_ids(a: Tensor, b: Tensor) -> bool:
@@ -286,6 +293,8 @@ class LanguageGroupIds:
     def _groups(ids: Tensor, table: Tensor) -> Tensor:
         """The group of every sentence; an id outside the table maps to -1 on the device, which the
         grouping of the group ids (the one device read, which routing them reuses) finds."""
+        if not table.numel() and ids.numel():
+            raise IndexError(f"language id {int(ids[0])} has no group: the group table is empty")
         inside = (ids >= 0) & (ids < table.numel())
         groups = table.to(ids.device).index_select(0, ids.clamp(0, max(table.numel() - 1, 0)))
         groups = torch.where(inside, groups, torch.full_like(groups, -1))

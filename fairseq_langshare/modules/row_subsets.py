@@ -28,11 +28,11 @@ __all__ = ["rows_of", "take_rows", "put_rows", "cached_kv", "stand_in", "put_att
 def rows_of(mask: Tensor, count: Optional[int] = None) -> Tensor:
     """Row numbers (LongTensor, ascending) where a bool mask of shape (B,) or (1, B, 1) is True:
     one device read, none when ``count``, the number of True rows, is known (a stable sort puts
-    them first)."""
+    them first; of uint8, which CUDA sorts in every torch the package supports, bool from 2.5 on)."""
     flat = mask.reshape(-1)
     if count is None:
         return flat.nonzero().squeeze(1)
-    return torch.argsort(~flat, stable=True)[:count]
+    return torch.argsort((~flat).to(torch.uint8), stable=True)[:count]
 
 
 def take_rows(t: Optional[Tensor], rows: Tensor, dim: int) -> Optional[Tensor]:
