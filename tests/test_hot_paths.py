@@ -337,3 +337,33 @@ def test_rows_of_a_known_count_sorts_no_bool_tensor(monkeypatch):
     monkeypatch.setattr(torch, "argsort", no_bool)
     mask = torch.tensor([False, True, True, False, True]).view(1, -1, 1)
     assert row_subsets.rows_of(mask, 3).tolist() == [1, 2, 4] == row_subsets.rows_of(mask).tolist()
+
+
+@pytest.mark.parametrize("method", ["latent_depth", "adaptive_sparse"])
+def test_a_beam_search_step_reads_the_device_once_for_the_plan(corpus, method):
+    """Each step of a beam search checks that the plan still holds (the same ids, the same logits):
+    one device read for all of it (were 3 per step for latent depth, 4 for adaptive sparsity)."""
+    from benchmarks.device_waits import device_waits
+    from method_configs import METHODS, distinct_languages
+
+    task, model, args = build_task_and_model(corpus, extra=[*METHODS[method][2:], "--dropout", "0"],
+                                             arch=METHODS[method][1])
+    task.load_dataset("valid")
+    distinct_languages(model)
+    model.eval()
+    batch = collate(task, mixed_indices(task))
+    generator = task.build_generator([model], args)
+    steps, forward = [], model.decoder.forward  # the generator calls forward itself: no module hook runs
+
+    def counted(*args, **kwargs):
+        steps.append(1)
+        return forward(*args, **kwargs)
+
+    model.decoder.forward = counted
+    with torch.no_grad():
+        task.inference_step(generator, [model], batch)  # the plan of these sentences, computed once
+        steps.clear()
+        with device_waits() as sites:
+            task.inference_step(generator, [model], batch)
+    plugin = {line: n for line, n in sites.items() if line.startswith("fairseq_langshare/modules/")}
+    assert len(steps) > 10 and sum(plugin.values()) <= len(steps) + 4, (len(steps), plugin)

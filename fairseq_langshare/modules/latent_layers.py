@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter, read_floats
 from .first_rank import first_rank
-from .routing import MissingLanguageIds, same_ids
+from .routing import MissingLanguageIds, all_equal
 from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_from_state, scaled_value, set_scaled_value
 from .schedules import ScheduledModule, exponential_ramp, keep_horizons, linear_ramp
@@ -301,7 +301,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         ``p.data``, which leaves the version counter alone, so the values themselves are compared:
         one device read). A training step does not ask: its statistics stay tensors."""
         logits = self.alpha().detach()
-        rule = (self.keep_rule, self.keep_threshold, self.target_depth, self.is_committed())
+        rule = self._rule()
         entry = self._cache.get(name)
         if entry is not None and entry[0] == rule and entry[1].shape == logits.shape \
                 and entry[1].device == logits.device and torch.equal(entry[1], logits):
@@ -309,6 +309,10 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         value = compute()
         self._cache[name] = (rule, logits.clone(), value)
         return value
+
+    def _rule(self) -> tuple:
+        """What the inference decision follows from besides the logits."""
+        return self.keep_rule, self.keep_threshold, self.target_depth, self.is_committed()
 
     def keep(self) -> Tensor:
         """The inference decision for every language, bool (N, L): the committed one once training
@@ -380,17 +384,20 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         """The plan of every layer for the rows of ``lang_ids``, with the rows of each layer that
         runs on some rows only (``plan_rows``). One device read per call: how many rows keep each
         layer. At inference the plan is kept while the decision and the languages stay the same:
-        every step of a beam search (until sentences finish) gets the same plan without a read.
-        In training (after the commit) a layer that every language keeps, or none does, needs no
-        read: a stack whose languages agree on every layer plans without any."""
-        keep = self.keep()
+        every step of a beam search (until sentences finish) gets the same plan, checked with one
+        read (the ids and the logits compared at once). In training (after the commit) a layer
+        that every language keeps, or none does, needs no read: a stack whose languages agree on
+        every layer plans without any."""
+        rule, logits = self._rule(), self.alpha().detach()
         cached = self._cache.get("plan")
-        if not self.training and cached is not None and cached["keep"] is keep and same_ids(cached["ids"], lang_ids):
-            self._report_utilisation()
+        if not self.training and cached is not None and cached["logits"] is not None and cached["rule"] == rule \
+                and all_equal((cached["ids"], lang_ids), (cached["logits"], logits)):
+            self._records()["stats"].update(cached["stats"])
             return cached["plan"]
+        keep = self.keep()
         if warn:
             self._warn_if_undecided()
-        self._report_utilisation()
+        stats = self._report_utilisation()
         plan = list(self._agreed_layers(keep)) if self.training else [None] * self.num_layers
         keep_rows = keep.to(lang_ids.device).index_select(0, lang_ids)  # (B, L)
         counts = keep_rows.sum(0).tolist() if None in plan else []  # the one read
@@ -403,9 +410,10 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
             else:
                 plan[layer] = keep_rows[:, layer].view(1, -1, 1)
                 rows[layer] = rows_of(plan[layer], count)
-        # the decision is compared by identity: keep() hands the same tensor while the logits and
-        # the rule keep their values, and a commit or a state load clears self._cache
-        self._cache["plan"] = {"keep": keep, "ids": lang_ids.clone(), "plan": plan, "rows": rows}
+        # kept for inference while the ids, the logits and the rule are the same (the decision
+        # follows from them; a commit or a state load clears self._cache)
+        self._cache["plan"] = {"rule": rule, "logits": None if self.training else logits.clone(), "stats": stats,
+                               "ids": lang_ids.clone(), "plan": plan, "rows": rows}
         return plan
 
     def _agreed_layers(self, keep: Tensor) -> tuple:
@@ -426,7 +434,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
             return rows_of(mask)
         return cached["rows"][layer]
 
-    def _report_utilisation(self) -> None:
+    def _report_utilisation(self) -> dict:
         """Expected utilisation u_l = mean of q(z_l = 1) over the trained languages (Figure 6),
         the expected depth sum_l u_l, and the depth the inference rule keeps. In training they
         stay tensors, which the criterion reads with the step's other statistics in one go (no read
@@ -437,6 +445,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         else:
             stats = self._derived("stats", lambda: read_floats(self._utilisation(self.keep())))
         self._records()["stats"].update(stats)
+        return stats
 
     def _utilisation(self, keep: Tensor) -> dict:
         trained = self.trained_ids

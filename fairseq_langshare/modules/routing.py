@@ -23,8 +23,8 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-__all__ = ["route_by_language", "languages_present", "present_ids", "language_grouping", "same_ids", "LanguageIds",
-           "LanguageGroupIds", "MissingLanguageIds", "LastResult", "bound_languages", "rebound"]
+__all__ = ["route_by_language", "languages_present", "present_ids", "language_grouping", "same_ids", "all_equal",
+           "LanguageIds", "LanguageGroupIds", "MissingLanguageIds", "LastResult", "bound_languages", "rebound"]
 
 
 class MissingLanguageIds(RuntimeError):
@@ -158,7 +158,18 @@ def _present_on_device(ids: Tensor) -> Tensor:
 def same_ids(a: Tensor, b: Tensor) -> bool:
     """Whether two id tensors hold the same ids in the same rows (shape and device first: no
     comparison across devices)."""
-    return a.shape == b.shape and a.device == b.device and torch.equal(a, b)
+    return all_equal((a, b))
+
+
+def all_equal(*pairs) -> bool:
+    """Whether the two tensors of every pair are equal (``torch.equal``: shape, dtype and device
+    compared first, then the values), with one device read for all the pairs."""
+    if any(a.shape != b.shape or a.dtype != b.dtype or a.device != b.device for a, b in pairs):
+        return False
+    if not pairs:
+        return True
+    device = pairs[0][0].device
+    return bool(torch.stack([torch.eq(a, b).all().to(device) for a, b in pairs]).all())
 
 
 def _compute_grouping(lang_ids: Tensor):

@@ -51,7 +51,7 @@ from torch import Tensor, nn
 from .auxiliary import AuxiliaryReporter
 from .call_state import CallState
 from .latent_layers import gumbel_logits, mark_languages
-from .routing import MissingLanguageIds, route_by_language, same_ids
+from .routing import MissingLanguageIds, all_equal, route_by_language
 from .row_subsets import rows_of
 from .scaled_logits import add_scaled_logits, scaled_value
 from .schedules import ScheduledModule, keep_horizons
@@ -239,8 +239,7 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         same object otherwise: the projections key their sliced weights on it)."""
         logits = [self.logits(c).detach() for c in self.categories()]
         cached = self.__dict__.get("_tables")
-        if cached is not None and all(a.shape == b.shape and a.device == b.device and torch.equal(a, b)
-                                      for a, b in zip(cached[0], logits)):
+        if cached is not None and all_equal(*zip(cached[0], logits)):  # one device read for every category
             return cached[1]
         tables = inference_tables({c: self.logits(c) for c in self.categories()}, self.keep, self.tau)
         version = next(_DECISIONS)
@@ -256,13 +255,15 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
                 f"no {self.side}_lang_id for this batch: the adaptive sparse {self.name} selects components by each "
                 "sentence's language; train and decode with --task multilingual_langshare")
         if not self.training:
-            tables = self.inference_tables()
-            cached = self.__dict__.get("_prepared")
+            cached, decided = self.__dict__.get("_prepared"), self.__dict__.get("_tables")
             # the same decision for the same languages (every step of a beam search until sentences
-            # finish): the same call, with the row sets and narrowed plans it has computed
-            if cached is not None and cached["tables"] is tables and same_ids(cached["key"], lang_ids):
+            # finish): the same call, with the row sets and narrowed plans it has computed; the
+            # logits and the ids compared in one device read
+            if cached is not None and decided is not None and cached["tables"] is decided[1] and all_equal(
+                    (cached["key"], lang_ids), *zip(decided[0], (self.logits(c).detach() for c in self.categories()))):
                 self._call = cached
                 return
+            tables = self.inference_tables()
         call = CallState(batch=lang_ids.numel(), ids=lang_ids, training=self.training)
         if self.training:
             call["rows"] = self._sample(lang_ids)
