@@ -77,8 +77,8 @@ def kl_to_prior(logits: Tensor, prior: str, languages: Optional[Tensor] = None) 
     """Eq. 7 per language: mean over layers of KL(q^(n)(z_l) || p(z_l)), shape (N,).
 
     ``uniform``: p(z_l = 1) = 1/2, the mean of the Beta(1, 1) prior on the Bernoulli parameter.
-    ``aggregated``: p(z_l = 1) = mean of q^(n)(z_l = 1) over ``languages`` (bool (N,), the
-    languages trained on this side; all if None), a prior: no gradient flows into it.
+    ``aggregated``: p(z_l = 1) = mean of q^(n)(z_l = 1) over ``languages`` (the languages trained
+    on this side, their ids or a bool (N,) mask; all if None), a prior: no gradient flows into it.
     """
     logits = logits.float()
     log_q1, log_q0 = F.logsigmoid(logits), F.logsigmoid(-logits)
