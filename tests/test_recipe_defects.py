@@ -382,3 +382,13 @@ def test_average_refuses_a_save_dir_and_inputs_together(tmp_path, capsys):
                       str(tmp_path / "avg.pt")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"langshare recipe: error: give SAVE_DIR {tmp_path} (with --last N) or --inputs CHECKPOINT ..., not both"]
+
+
+def test_average_refuses_last_with_inputs(tmp_path, capsys):
+    """Was: --last silently ignored when --inputs named the checkpoints (every one was averaged)."""
+    assert langshare(["recipe", "average", "--inputs", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--last", "1",
+                      "--out", str(tmp_path / "avg.pt")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "langshare recipe: error: --last 1 picks the newest checkpoints of SAVE_DIR; with --inputs, list only the "
+        "checkpoints to average"]
+    assert not (tmp_path / "avg.pt").exists()

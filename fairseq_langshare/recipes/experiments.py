@@ -116,6 +116,9 @@ def _write_configs(args):
     return 0
 
 
+LAST_DEFAULT = 5  # update checkpoints `recipe average SAVE_DIR` averages without --last
+
+
 def _average(args):
     from .average_checkpoints import average_checkpoints, last_update_checkpoints
 
@@ -123,7 +126,10 @@ def _average(args):
         raise ValueError("give SAVE_DIR (with --last N) or --inputs CHECKPOINT ...")
     if args.inputs and args.save_dir:  # one of them would be ignored
         raise ValueError(f"give SAVE_DIR {args.save_dir} (with --last N) or --inputs CHECKPOINT ..., not both")
-    paths = args.inputs or last_update_checkpoints(args.save_dir, args.last)
+    if args.inputs and args.last is not None:
+        raise ValueError(f"--last {args.last} picks the newest checkpoints of SAVE_DIR; with --inputs, list only the "
+                         "checkpoints to average")
+    paths = args.inputs or last_update_checkpoints(args.save_dir, LAST_DEFAULT if args.last is None else args.last)
     average_checkpoints(paths, args.out)
     print(f"averaged {len(paths)} checkpoints into {args.out}")
     return 0
@@ -172,7 +178,7 @@ def add_subcommand(subparsers):
     av = sub.add_parser("average", help="average the parameters of the last N update checkpoints")
     av.add_argument("save_dir", nargs="?", default=None, help="fairseq --save-dir with checkpoint_<epoch>_<updates>.pt")
     av.add_argument("--last", type=Range(1, why="checkpoints").of(int),
-                    default=5, help="how many of the newest update checkpoints")
+                    default=None, help=f"how many of the newest update checkpoints of SAVE_DIR (default: {LAST_DEFAULT})")
     av.add_argument("--inputs", nargs="+", default=None, help="explicit checkpoint files instead of SAVE_DIR/--last")
     av.add_argument("--out", required=True, help="averaged checkpoint to write")
     av.set_defaults(func=_average)
