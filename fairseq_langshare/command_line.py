@@ -46,10 +46,19 @@ def file_name(text: str) -> str:
     return text
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's, without "(default: None)" for an option that has none, or a second default
+    where the help states its own."""
+
+    def _get_help_string(self, action):
+        if action.default is None or "(default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def add_command(subparsers, name: str, help: str, description: str) -> argparse.ArgumentParser:
     """The parser of sub-command ``name``, whose ``--help`` shows every option's default."""
-    return subparsers.add_parser(name, help=help, description=description,
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return subparsers.add_parser(name, help=help, description=description, formatter_class=DefaultsHelpFormatter)
 
 
 def required_subcommands(parser, dest: str, metavar: str, modules=(), register: str = "add_subcommand"):

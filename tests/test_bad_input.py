@@ -583,3 +583,18 @@ def test_an_empty_output_path_is_refused(command, flag, capsys):
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"langshare {command[0]}: error: argument {flag}: '' names no file: pass a file name, or leave the option out")
+
+
+def test_help_shows_no_default_that_is_not_one(capsys):
+    """Was: "(default: None)" after every option without a default, and off-target's --split read
+    "(default: test) (default: None)"; a default its help already states is not repeated."""
+    main = cli.main
+    for command in (["head-to-head"], ["evaluate"], ["off-target"], ["translate"], ["export"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "(default: None)" not in text, command
+        assert text.count("(default: test)") <= 1, command
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    assert "(default: 4000)" in " ".join(capsys.readouterr().out.split())  # real defaults are still shown
