@@ -23,7 +23,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-__all__ = ["route_by_language", "languages_present", "present_ids", "language_grouping", "same_ids", "all_equal",
+__all__ = ["route_by_language", "languages_present", "present_ids", "language_grouping", "all_equal",
            "LanguageIds", "LanguageGroupIds", "MissingLanguageIds", "LastResult", "bound_languages", "rebound"]
 
 
@@ -155,12 +155,6 @@ def _present_on_device(ids: Tensor) -> Tensor:
     return present.to(ids.device)
 
 
-def same_ids(a: Tensor, b: Tensor) -> bool:
-    """Whether two id tensors hold the same ids in the same rows (shape and device first: no
-    comparison across devices)."""
-    return all_equal((a, b))
-
-
 def all_equal(*pairs) -> bool:
     """Whether the two tensors of every pair are equal (``torch.equal``: shape, dtype and device
     compared first, then the values), with one device read for all the pairs."""
@@ -177,14 +171,15 @@ def _compute_grouping(lang_ids: Tensor):
     runs = [(lang, len(list(rows))) for lang, rows in itertools.groupby(ids)]
     counts = collections.Counter(ids)
     present = sorted(counts)
+    sizes = [counts[lang] for lang in present]
     if len(present) == 1:
-        return present, [len(ids)], None, None, None
+        return present, sizes, None, None, None
     if len(runs) == len(present):
-        return present, [counts[lang] for lang in present], None, None, ([r[0] for r in runs], [r[1] for r in runs])
+        return present, sizes, None, None, ([r[0] for r in runs], [r[1] for r in runs])
     order = torch.argsort(lang_ids, stable=True)
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(order.numel(), device=order.device)
-    return present, [counts[lang] for lang in present], order, inverse, None
+    return present, sizes, order, inverse, None
 
 
 class LanguageIds:

@@ -322,14 +322,15 @@ class SparseScorer(nn.Module, ScheduledModule, AuxiliaryReporter):
         return call["gamma"][:, layer].view(1, -1, 1)
 
     def layer_rows(self, layer: int) -> Optional[Tensor]:
-        """At inference, the rows of the call that keep ``layer`` when only some do (one sync), else
-        None: the layer runs on every row, or on none (``layer_plan`` says "skip")."""
+        """At inference, the rows of the call that keep ``layer`` when only some do (their number was
+        read with the plan: no read here), else None: the layer runs on every row, or on none
+        (``layer_plan`` says "skip")."""
         call = self._call
         if call["training"] or "keep" not in call or call["rows_keeping"][layer] in (0, call["batch"]):
             return None
         rows = call["layer_rows"].get(layer)  # once per prepared call: the same tensor at every step
         if rows is None:
-            rows = call["layer_rows"][layer] = rows_of(call["keep"][:, layer])
+            rows = call["layer_rows"][layer] = rows_of(call["keep"][:, layer], call["rows_keeping"][layer])
         return rows
 
     @contextlib.contextmanager
