@@ -71,6 +71,16 @@ def required_subcommands(parser, dest: str, metavar: str, modules=(), register: 
     return subparsers
 
 
+def command_name(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The command ``args`` ran, as argparse names it in its own errors: ``langshare recipe average``."""
+    while True:
+        chosen = next(((action, getattr(args, action.dest, None)) for action in parser._actions
+                       if isinstance(action, argparse._SubParsersAction)), (None, None))
+        if chosen[1] is None:
+            return parser.prog
+        parser = chosen[0].choices[chosen[1]]
+
+
 def run(subcommands, argv=None) -> int:
     """Parse ``argv`` with the parser of ``subcommands`` and run the chosen one. Returns its exit
     code: 2 and one line on stderr for bad input, 130 for Ctrl-C."""
@@ -78,14 +88,15 @@ def run(subcommands, argv=None) -> int:
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     for text in QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=f"(?s).*{text}")
-    args = build_parser(subcommands).parse_args(argv)
+    parser = build_parser(subcommands)
+    args = parser.parse_args(argv)
     try:
         result = args.func(args)
     except (ValueError, OSError, KeyError) as error:  # OSError: a path, disk or permission the command met
-        print(f"langshare {args.command}: error: {message(error)}", file=sys.stderr)
+        print(f"{command_name(parser, args)}: error: {message(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # every output is written whole or not at all (atomic_files)
-        print(f"langshare {args.command}: interrupted (Ctrl-C) before it finished; no file was left half-written",
-              file=sys.stderr)
+        print(f"{command_name(parser, args)}: interrupted (Ctrl-C) before it finished; no file was left "
+              "half-written", file=sys.stderr)
         return 130
     return result if isinstance(result, int) else 0

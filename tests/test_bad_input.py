@@ -63,7 +63,7 @@ def test_broken_checkpoint_is_one_line_everywhere(corpus, run, tmp_path, capsys,
     code, line = langshare(capsys, "export", bad, "--src", "en", "--tgt", "xx", "--out", tmp_path / "en-xx.pt")
     assert code == 2 and line.startswith(f"langshare export: error: cannot read checkpoint {bad}")
     code, line = langshare(capsys, "recipe", "average", "--inputs", newest, bad, "--out", tmp_path / "avg.pt")
-    assert code == 2 and line.startswith(f"langshare recipe: error: cannot read checkpoint {bad}")
+    assert code == 2 and line.startswith(f"langshare recipe average: error: cannot read checkpoint {bad}")
     assert "weights_only" not in line
     assert snapshot(save) == before and not (tmp_path / "en-xx.pt").exists() and not (tmp_path / "avg.pt").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary file left behind
@@ -470,7 +470,7 @@ def test_export_and_average_never_write_over_an_input(run, tmp_path, capsys, cas
     code, line = langshare(capsys, "export", ckpt, "--src", "en", "--tgt", "xx", "--out", out)
     assert code == 2 and line == f"langshare export: error: {message}"
     code, line = langshare(capsys, "recipe", "average", "--inputs", save / "checkpoint_1_2.pt", ckpt, "--out", out)
-    assert code == 2 and line == f"langshare recipe: error: {message}"
+    assert code == 2 and line == f"langshare recipe average: error: {message}"
     assert snapshot(tmp_path) == before
 
 

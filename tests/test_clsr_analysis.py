@@ -107,6 +107,6 @@ def test_an_exported_pair_is_refused_in_one_line(corpus, dedicated, tmp_path, ca
     capsys.readouterr()
     assert main(["analyze", "clsr", str(pair), "--out", str(tmp_path / "a")]) == 2
     err = one_line_error(capsys)
-    assert err == (f"langshare analyze: error: {pair} has no CLSR units: it is a `langshare export` of the pair "
+    assert err == (f"langshare analyze clsr: error: {pair} has no CLSR units: it is a `langshare export` of the pair "
                    f"en->xx (a plain transformer); analyze the checkpoint it was exported from, {dedicated}"), err
     assert not (tmp_path / "a").exists()

@@ -773,7 +773,7 @@ def test_a_log_without_per_update_lines_names_the_log_format(corpus, tmp_path, c
                  "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [
-        f"langshare analyze: error: {log} holds stat_dec_u_* only in its epoch and validation summaries (averages "
+        f"langshare analyze latent-depth: error: {log} holds stat_dec_u_* only in its epoch and validation summaries (averages "
         "over an epoch), no per-update line, which the utilisation over training needs: fairseq-train wrote it in "
         "its tqdm format (its default under a terminal; --log-file writes the console's format) or with a "
         "--log-interval above the updates of an epoch; train with --log-format simple --log-interval N"], err
@@ -821,7 +821,7 @@ def test_analysis_refuses_the_log_of_another_run(trained, tmp_path, capsys):
                                         "has 4: pass the --log-file of the run that wrote the checkpoint")):
         assert main(["analyze", "latent-depth", str(trained["checkpoint"]), "--log", str(log),
                      "--out", str(tmp_path / "out")]) == 2
-        assert capsys.readouterr().err.strip().splitlines() == [f"langshare analyze: error: {message}"]
+        assert capsys.readouterr().err.strip().splitlines() == [f"langshare analyze latent-depth: error: {message}"]
         assert not (tmp_path / "out").exists()
 
 

@@ -79,7 +79,7 @@ def test_an_exported_pair_is_refused_in_one_line(corpus, tmp_path, capsys, one_t
     capsys.readouterr()
     assert main(["analyze", "lsl-similarity", str(pair), "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"langshare analyze: error: {pair} has no language-specific encoder layer: it is a `langshare "
+    assert err == (f"langshare analyze lsl-similarity: error: {pair} has no language-specific encoder layer: it is a `langshare "
                    f"export` of the pair en->xx (a plain transformer); analyze the checkpoint it was exported from, "
                    f"{ckpt}"), err
     assert not (tmp_path / "b").exists()

@@ -110,7 +110,7 @@ def test_analyze_out_onto_a_file_is_one_line(run, tmp_path, capsys, method):
     out.write_text("mine\n")
     given = gates if method == "clsr-lsscore" else run / "checkpoint_last.pt"
     code, line = langshare(capsys, "analyze", method, given, "--out", out)
-    assert (code, line) == (2, f"langshare analyze: error: --out {out} is a file; pass a directory (the analysis "
+    assert (code, line) == (2, f"langshare analyze {method}: error: --out {out} is a file; pass a directory (the analysis "
                                "writes several files into it)"), line
     assert out.read_text() == "mine\n"
 

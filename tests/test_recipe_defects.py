@@ -358,7 +358,7 @@ def test_write_configs_into_a_file_is_one_line(tmp_path, capsys):
     (tmp_path / "f").write_text("x\n")
     assert langshare(["recipe", "write-configs", "--out", str(tmp_path / "f")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"langshare recipe: error: --out {tmp_path / 'f'} is a file; pass a directory (the recipes' yaml "
+    assert err == [f"langshare recipe write-configs: error: --out {tmp_path / 'f'} is a file; pass a directory (the recipes' yaml "
                    "files go under it)"]
     assert (tmp_path / "f").read_text() == "x\n"
 
@@ -373,7 +373,7 @@ def test_an_os_error_of_any_command_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(experiments, "write_configs", denied)
     assert langshare(["recipe", "write-configs", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"langshare recipe: error: [Errno 13] Permission denied: '{tmp_path / 'clsr'}'"]
+        f"langshare recipe write-configs: error: [Errno 13] Permission denied: '{tmp_path / 'clsr'}'"]
 
 
 def test_average_refuses_a_save_dir_and_inputs_together(tmp_path, capsys):
@@ -381,7 +381,7 @@ def test_average_refuses_a_save_dir_and_inputs_together(tmp_path, capsys):
     assert langshare(["recipe", "average", str(tmp_path), "--inputs", str(tmp_path / "a.pt"), "--out",
                       str(tmp_path / "avg.pt")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"langshare recipe: error: give SAVE_DIR {tmp_path} (with --last N) or --inputs CHECKPOINT ..., not both"]
+        f"langshare recipe average: error: give SAVE_DIR {tmp_path} (with --last N) or --inputs CHECKPOINT ..., not both"]
 
 
 def test_average_refuses_last_with_inputs(tmp_path, capsys):
@@ -389,6 +389,6 @@ def test_average_refuses_last_with_inputs(tmp_path, capsys):
     assert langshare(["recipe", "average", "--inputs", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--last", "1",
                       "--out", str(tmp_path / "avg.pt")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "langshare recipe: error: --last 1 picks the newest checkpoints of SAVE_DIR; with --inputs, list only the "
+        "langshare recipe average: error: --last 1 picks the newest checkpoints of SAVE_DIR; with --inputs, list only the "
         "checkpoints to average"]
     assert not (tmp_path / "avg.pt").exists()
