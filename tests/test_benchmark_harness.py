@@ -368,3 +368,19 @@ def test_ddp_scaling_splits_the_efficiency_into_sharing_the_machine_and_ddp():
     assert row["sharing_vs_baseline"][0] * row["ddp_vs_baseline"][0] == pytest.approx(row["vs_baseline"][0])
     assert "sharing_efficiency" not in ddp_scaling.summary({"baseline": {k: v for k, v in rows(1, 1, 1).items()
                                                                        if "together" not in k}})["baseline"]
+
+
+def test_the_decoding_count_splits_the_plugins_reads_per_step_by_batch_kind(tmp_path):
+    """``benchmarks.cuda_syncs --decoding`` on the CPU: per decoder step of a beam search, the reads of
+    a one-direction batch and of a batch of every direction, the plugin's apart (the adapters route a
+    one-direction batch without reading the device at any step, one of several directions once a step)."""
+    from benchmarks import cuda_syncs
+    from benchmarks.ddp_scaling import make_corpus
+
+    data = make_corpus(str(tmp_path), 32)
+    counted = cuda_syncs.count_decoding("adapters", data, 32, device="cpu")
+    one, every = counted["one direction"], counted["every direction"]
+    assert one["decoder_steps"] > 10 and every["decoder_steps"] > 10, counted
+    assert one["in_plugin_per_step"] * one["decoder_steps"] <= 2, one  # the batch's ids, once
+    assert every["in_plugin_per_step"] >= 1, every
+    assert every["waits_per_step"] - every["in_plugin_per_step"] > 5, every  # fairseq's own reads, counted apart

@@ -212,7 +212,7 @@ WAIT_BUDGETS = {
     # the routing's grouping of each side's ids (src, tgt): one read each
     "adapter": ([], 5, 2),
     "lsl": ([], 5, 2),
-    # the grouping of each side's group ids (an id outside the group table shows there)
+    # each side's ids, read once to map them to groups (an id outside the group table shows there)
     "multistack": ([], 5, 2),
     # the grouping of the target ids, the logged gate statistics, the budget loss: one read each
     "clsr": ([], 5, 3),
@@ -337,6 +337,51 @@ def test_rows_of_a_known_count_sorts_no_bool_tensor(monkeypatch):
     monkeypatch.setattr(torch, "argsort", no_bool)
     mask = torch.tensor([False, True, True, False, True]).view(1, -1, 1)
     assert row_subsets.rows_of(mask, 3).tolist() == [1, 2, 4] == row_subsets.rows_of(mask).tolist()
+
+
+def _cpu_only_lines():
+    """The lines of CLSR's shortcut that reads the gates only where reading costs nothing (the CPU)."""
+    import inspect
+    from fairseq_langshare.modules import clsr
+    return {f"fairseq_langshare/modules/clsr.py:{number}"
+            for number, line in enumerate(inspect.getsource(clsr).splitlines(), start=1)
+            if "n_open = int(gates.sum())" in line}
+
+
+@pytest.mark.parametrize("method", ["adapter", "multistack", "lsl", "clsr"])
+def test_a_beam_search_of_one_direction_routes_its_steps_without_reading_the_device(corpus, method):
+    """Beam search keeps every row in its sentence, so a batch of one direction (the task decodes a test
+    set direction by direction) has one language at every step: the reordered ids are known on the host
+    (``routing.reorder_ids``) and no step reads them again. Were 1 read per step for the adapters and
+    CLSR, 2 for the multi-stacks and LSL (the grouping of the reordered ids, LSL's check that they still
+    match its caches); now the batch's ids are read once (source and target)."""
+    from benchmarks.device_waits import device_waits
+    from method_configs import METHODS, distinct_languages
+
+    task, model, args = build_task_and_model(corpus, extra=[*METHODS[method][2:], "--dropout", "0",
+                                                            "--max-update", "100"], arch=METHODS[method][1])
+    task.load_dataset("valid")
+    distinct_languages(model)
+    model.eval()
+    one_direction = list(range(6))  # the valid set's first direction (en-xx)
+    generator = task.build_generator([model], args)
+    steps, forward = [], model.decoder.forward  # the generator calls forward itself: no module hook runs
+
+    def counted(*args, **kwargs):
+        steps.append(1)
+        return forward(*args, **kwargs)
+
+    model.decoder.forward = counted
+    with torch.no_grad():
+        task.inference_step(generator, [model], collate(task, one_direction))
+        steps.clear()
+        batch = collate(task, one_direction)  # new tensors, as every batch of a test set brings
+        with device_waits() as sites:
+            hypos = task.inference_step(generator, [model], batch)
+    plugin = {line: n for line, n in sites.items()
+              if line.startswith("fairseq_langshare/") and line not in _cpu_only_lines()}
+    assert len(steps) > 10 and sum(plugin.values()) <= 2, (len(steps), plugin)
+    assert len(hypos) == len(one_direction)
 
 
 @pytest.mark.parametrize("method", ["latent_depth", "adaptive_sparse"])

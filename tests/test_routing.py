@@ -1,7 +1,10 @@
+import pickle
+
 import pytest
 import torch
 
-from fairseq_langshare.modules.routing import LanguageIds, MissingLanguageIds, route_by_language
+from fairseq_langshare.modules.routing import (LanguageIds, MissingLanguageIds, known_equal, reorder_ids,
+                                              route_by_language)
 
 
 def per_language_affine(num_langs, dim, seed=0):
@@ -105,6 +108,30 @@ def test_grouping_cache_follows_the_ids_tensor_and_its_changes():
     torch.testing.assert_close(route_by_language(x, lang, double), x)
     other = torch.tensor([1, 1, 0])  # another tensor
     torch.testing.assert_close(route_by_language(x, other, double), x * torch.tensor([2.0, 2.0, 1.0]).view(1, 3, 1))
+
+
+def test_reordered_ids_of_one_language_are_known_and_an_in_place_change_is_seen():
+    """``reorder_ids`` (beam search's reorder) knows the values of ids taken from one language's
+    without reading them; what it knows must never outlive a change to the tensor."""
+    x = torch.randn(2, 4, 3)
+    double = lambda l, xl, _: xl * (l + 1)  # noqa: E731
+    lang = torch.tensor([2, 2])
+    torch.testing.assert_close(route_by_language(x[:, :2], lang, double), x[:, :2] * 3)  # read once: one language
+    beams = reorder_ids(lang, torch.tensor([0, 0, 1, 1]))
+    assert known_equal(beams, torch.tensor([2, 2, 2, 2])) is False, "a tensor never read is not known"
+    assert known_equal(beams, reorder_ids(lang, torch.tensor([1, 0, 1, 0])))
+    torch.testing.assert_close(route_by_language(x, beams, double), x * 3)
+    beams[1] = 0  # in place: the values kept on the host no longer hold
+    expected = x * torch.tensor([3.0, 1.0, 3.0, 3.0]).view(1, 4, 1)
+    sent = pickle.loads(pickle.dumps(beams))  # a copy carries the attribute along, and the version it checks
+    torch.testing.assert_close(route_by_language(x, sent, double), expected)
+    torch.testing.assert_close(route_by_language(x, beams, double), expected)
+    assert not known_equal(beams, reorder_ids(lang, torch.tensor([0, 0, 1, 1])))
+
+    mixed = torch.tensor([0, 1])
+    route_by_language(x[:, :2], mixed, double)  # read: two languages
+    swapped = reorder_ids(mixed, torch.tensor([1, 1, 0, 0]))  # what a reorder of two languages gives is not known
+    torch.testing.assert_close(route_by_language(x, swapped, double), x * torch.tensor([2.0, 2.0, 1.0, 1.0]).view(1, 4, 1))
 
 
 def test_routing_under_inference_mode():

@@ -26,7 +26,7 @@ from torch import Tensor
 from ..languages import LanguageInventory, decode_inventory, decode_settings, encode_inventory
 from ..modules.activation_checkpointing import replace_fairseq_checkpointing
 from ..modules.auxiliary import collect_auxiliary
-from ..modules.routing import LanguageIds
+from ..modules.routing import LanguageIds, reorder_ids
 from ..option_ranges import check_contradictions
 from ..user_errors import option_text
 from .config_transformer import ConfigTransformerModel
@@ -100,7 +100,7 @@ class LanguageAwareEncoder(TransformerEncoderBase):
         reordered = super().reorder_encoder_out(encoder_out, new_order)
         for key in LANG_KEYS:
             ids = _first(encoder_out, key)
-            reordered[key] = [ids.index_select(0, new_order)] if ids is not None else []
+            reordered[key] = [reorder_ids(ids, new_order)] if ids is not None else []
         return reordered
 
 

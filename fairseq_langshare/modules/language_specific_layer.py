@@ -26,7 +26,8 @@ from torch import Tensor, nn
 
 from .auxiliary import AuxiliaryReporter
 from .grouped_copies import RowGroups, grouped_stand_in
-from .routing import LanguageIds, LastResult, language_grouping, languages_present, route_by_language
+from .routing import (LanguageIds, LastResult, known_equal, language_grouping, languages_present, reorder_ids,
+                      route_by_language)
 from .row_subsets import cached_kv as _cached_kv
 from .row_subsets import stand_in as _stand_in
 
@@ -238,15 +239,16 @@ class LanguageSpecificEncoderLayer(_LanguageCopies):
 
 
 _REORDERED = LastResult()  # every container of a decoder reorders the same ids with the same order
-_SAME_IDS = LastResult()  # ... and checks the same two ids tensors at the next step
+_SAME_IDS = LastResult()  # ... and checks the same two ids tensors at the next step (a device read, unless
+# both are known on the host: the reorders of a one-language batch, ``routing.reorder_ids``)
 
 
 def _reordered(old: Tensor, new_order: Tensor) -> Tensor:
-    return _REORDERED.get((old, new_order), old.index_select, 0, new_order)
+    return _REORDERED.get((old, new_order), reorder_ids, old, new_order)
 
 
 def _same_ids(a: Tensor, b: Tensor) -> bool:
-    return a is b or _SAME_IDS.get((a, b), torch.equal, a, b)
+    return known_equal(a, b) or _SAME_IDS.get((a, b), torch.equal, a, b)
 
 
 def reorderable_modules(root: nn.Module) -> List[nn.Module]:

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["route_by_language", "languages_present", "present_ids", "language_grouping", "all_equal",
-           "LanguageIds", "LanguageGroupIds", "MissingLanguageIds", "LastResult", "bound_languages", "rebound"]
+           "host_ids", "reorder_ids", "known_equal", "LanguageIds", "LanguageGroupIds", "MissingLanguageIds", "LastResult", "bound_languages", "rebound"]
 
 
 class MissingLanguageIds(RuntimeError):
@@ -166,8 +166,55 @@ def all_equal(*pairs) -> bool:
     return bool(torch.stack([torch.eq(a, b).all().to(device) for a, b in pairs]).all())
 
 
+_HOST_COPY = "_langshare_host_ids"  # a tensor attribute: (its values as a list, the tensor's version)
+
+
+def _host_ids(lang_ids: Tensor) -> Optional[list]:
+    """The values of ``lang_ids`` when they are known on the host: read once already (``host_ids``),
+    or reordered (``reorder_ids``) from ids of one language, and not changed in place since."""
+    copy = lang_ids.__dict__.get(_HOST_COPY)
+    if copy is None or lang_ids.is_inference() or copy[1] != lang_ids._version:
+        return None
+    return copy[0]
+
+
+def _keep_host_copy(lang_ids: Tensor, values: list) -> None:
+    if not lang_ids.is_inference():  # an inference tensor has no version counter to guard the copy
+        lang_ids.__dict__[_HOST_COPY] = (values, lang_ids._version)
+
+
+def host_ids(lang_ids: Tensor) -> list:
+    """``lang_ids.tolist()``, read from the device once per ids tensor (and kept with it)."""
+    values = _host_ids(lang_ids)
+    if values is None:
+        values = lang_ids.tolist()
+        _keep_host_copy(lang_ids, values)
+    return values
+
+
+def reorder_ids(lang_ids: Tensor, new_order: Tensor) -> Tensor:
+    """``lang_ids.index_select(0, new_order)``, for beam search's reorders. Rows taken from ids of
+    one language have that language too, so the result's values are known without a device read:
+    a batch of one direction (as the task decodes a test set) routes every decoding step without
+    reading the device."""
+    new = lang_ids.index_select(0, new_order)
+    values = _host_ids(lang_ids)
+    if values and values.count(values[0]) == len(values):
+        _keep_host_copy(new, [values[0]] * new.numel())
+    return new
+
+
+def known_equal(a: Tensor, b: Tensor) -> bool:
+    """True when ``a`` and ``b`` are known to hold the same ids without a device read; False means
+    "not known", not "different"."""
+    if a is b:
+        return True
+    values = _host_ids(a)
+    return values is not None and a.shape == b.shape and a.device == b.device and _host_ids(b) == values
+
+
 def _compute_grouping(lang_ids: Tensor):
-    ids = lang_ids.tolist()  # the one device read of a call's ids: everything below is counted on the host
+    ids = host_ids(lang_ids)  # the one device read of a call's ids: everything below is counted on the host
     runs = [(lang, len(list(rows))) for lang, rows in itertools.groupby(ids)]
     counts = collections.Counter(ids)
     present = sorted(counts)
@@ -280,6 +327,7 @@ class LanguageGroupIds:
         self.languages = languages
         self.table = table
         self._last = LastResult()  # every layer of a call maps the same ids
+        self._host_table = LastResult()  # the table read once (per table tensor and change)
 
     def bind(self, *args, **kwargs):
         return self.languages.bind(*args, **kwargs)
@@ -295,10 +343,21 @@ class LanguageGroupIds:
         table = self.table(side)
         return self._last.get((ids, table), self._groups, ids, table)
 
-    @staticmethod
-    def _groups(ids: Tensor, table: Tensor) -> Tensor:
-        """The group of every sentence; an id outside the table maps to -1 on the device, which the
-        grouping of the group ids (the one device read, which routing them reuses) finds."""
+    def _groups(self, ids: Tensor, table: Tensor) -> Tensor:
+        """The group of every sentence. The ids are read once (``host_ids``: no read at all for the
+        reordered ids of a one-language beam search) and the table once per table tensor; the
+        groups' values are then known on the host, so routing them reads nothing more."""
+        values = host_ids(ids)
+        groups_of = self._host_table.get((table,), table.tolist)
+        outside = [lang for lang in values if not 0 <= lang < len(groups_of)]
+        if outside:
+            raise IndexError(
+                f"language id {outside[0]} has no group: the group table covers {len(groups_of)} languages "
+                f"(the --langs inventory the model was built with); decode with the same --langs"
+                if groups_of else f"language id {outside[0]} has no group: the group table is empty")
+        groups = table.to(ids.device).index_select(0, ids)
+        _keep_host_copy(groups, [groups_of[lang] for lang in values])
+        return groups
         if not table.numel() and ids.numel():
             raise IndexError(f"language id {int(ids[0])} has no group: the group table is empty")
         inside = (ids >= 0) & (ids < table.numel())

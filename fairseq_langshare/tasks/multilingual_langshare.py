@@ -40,6 +40,7 @@ from ..distributed_launch import check_training_is_distributed
 from ..languages import LanguageInventory, dictionary_fingerprint
 from ..models.config_transformer import check_model_node
 from ..modules.first_rank import first_rank
+from ..modules.routing import host_ids
 from ..option_ranges import Range, check_ranges
 from ..user_errors import fairseq_cli, option_text
 from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
@@ -498,7 +499,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
             return super().inference_step(generator, models, sample, prefix_tokens, constraints)
         tgt_ids = sample["net_input"].get("tgt_lang_id", sample.get("tgt_lang_id"))
         langtoks = torch.tensor([self.data_manager.get_decoder_langtok(self.inventory.langs[i], spec)
-                                 for i in tgt_ids.tolist()])
+                                 for i in host_ids(tgt_ids)])
         with torch.no_grad():
             if self.args.lang_tok_replacing_bos_eos:
                 if langtoks.unique().numel() > 1:
@@ -516,10 +517,10 @@ def direction_order(net_input) -> Optional[torch.Tensor]:
     src, tgt = net_input.get("src_lang_id"), net_input.get("tgt_lang_id")
     if src is None or tgt is None or tgt.numel() < 2:
         return None
-    key = (tgt * (int(src.max()) + 1) + src).cpu()
-    if bool((key[1:] >= key[:-1]).all()):
+    keys = list(zip(host_ids(tgt), host_ids(src)))  # read once, kept with the ids for the routing
+    if all(a <= b for a, b in zip(keys, keys[1:])):
         return None
-    return torch.argsort(key, stable=True)
+    return torch.tensor(sorted(range(len(keys)), key=keys.__getitem__), dtype=torch.long)  # a stable sort
 
 
 def take_rows(sample, order: torch.Tensor):
