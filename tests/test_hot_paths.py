@@ -348,6 +348,35 @@ def _cpu_only_lines():
             if "n_open = int(gates.sum())" in line}
 
 
+def _waits_of_a_beam_search(corpus, method, warm_up, counted, extra=()):
+    """What a beam search of ``method`` (distinct selections per language) asks the device for, per
+    source line, on the batch ``counted()`` returns, after one search of ``warm_up()``; with the
+    number of decoder steps and the hypotheses."""
+    from benchmarks.device_waits import device_waits
+    from method_configs import METHODS, distinct_languages
+
+    task, model, args = build_task_and_model(corpus, extra=[*METHODS[method][2:], "--dropout", "0", *extra],
+                                             arch=METHODS[method][1])
+    task.load_dataset("valid")
+    distinct_languages(model)
+    model.eval()
+    generator = task.build_generator([model], args)
+    steps, forward = [], model.decoder.forward  # the generator calls forward itself: no module hook runs
+
+    def counted_forward(*args, **kwargs):
+        steps.append(1)
+        return forward(*args, **kwargs)
+
+    model.decoder.forward = counted_forward
+    with torch.no_grad():
+        task.inference_step(generator, [model], warm_up(task))
+        steps.clear()
+        batch = counted(task)
+        with device_waits() as sites:
+            hypos = task.inference_step(generator, [model], batch)
+    return sites, len(steps), hypos
+
+
 @pytest.mark.parametrize("method", ["adapter", "multistack", "lsl", "clsr"])
 def test_a_beam_search_of_one_direction_routes_its_steps_without_reading_the_device(corpus, method):
     """Beam search keeps every row in its sentence, so a batch of one direction (the task decodes a test
@@ -355,32 +384,12 @@ def test_a_beam_search_of_one_direction_routes_its_steps_without_reading_the_dev
     (``routing.reorder_ids``) and no step reads them again. Were 1 read per step for the adapters and
     CLSR, 2 for the multi-stacks and LSL (the grouping of the reordered ids, LSL's check that they still
     match its caches); now the batch's ids are read once (source and target)."""
-    from benchmarks.device_waits import device_waits
-    from method_configs import METHODS, distinct_languages
-
-    task, model, args = build_task_and_model(corpus, extra=[*METHODS[method][2:], "--dropout", "0",
-                                                            "--max-update", "100"], arch=METHODS[method][1])
-    task.load_dataset("valid")
-    distinct_languages(model)
-    model.eval()
     one_direction = list(range(6))  # the valid set's first direction (en-xx)
-    generator = task.build_generator([model], args)
-    steps, forward = [], model.decoder.forward  # the generator calls forward itself: no module hook runs
-
-    def counted(*args, **kwargs):
-        steps.append(1)
-        return forward(*args, **kwargs)
-
-    model.decoder.forward = counted
-    with torch.no_grad():
-        task.inference_step(generator, [model], collate(task, one_direction))
-        steps.clear()
-        batch = collate(task, one_direction)  # new tensors, as every batch of a test set brings
-        with device_waits() as sites:
-            hypos = task.inference_step(generator, [model], batch)
+    batch = lambda task: collate(task, one_direction)  # noqa: E731  new tensors each time, as each batch brings
+    sites, steps, hypos = _waits_of_a_beam_search(corpus, method, batch, batch, extra=["--max-update", "100"])
     plugin = {line: n for line, n in sites.items()
               if line.startswith("fairseq_langshare/") and line not in _cpu_only_lines()}
-    assert len(steps) > 10 and sum(plugin.values()) <= 2, (len(steps), plugin)
+    assert steps > 10 and sum(plugin.values()) <= 2, (steps, plugin)
     assert len(hypos) == len(one_direction)
 
 
@@ -388,27 +397,11 @@ def test_a_beam_search_of_one_direction_routes_its_steps_without_reading_the_dev
 def test_a_beam_search_step_reads_the_device_once_for_the_plan(corpus, method):
     """Each step of a beam search checks that the plan still holds (the same ids, the same logits):
     one device read for all of it (were 3 per step for latent depth, 4 for adaptive sparsity)."""
-    from benchmarks.device_waits import device_waits
-    from method_configs import METHODS, distinct_languages
+    batch = {}
 
-    task, model, args = build_task_and_model(corpus, extra=[*METHODS[method][2:], "--dropout", "0"],
-                                             arch=METHODS[method][1])
-    task.load_dataset("valid")
-    distinct_languages(model)
-    model.eval()
-    batch = collate(task, mixed_indices(task))
-    generator = task.build_generator([model], args)
-    steps, forward = [], model.decoder.forward  # the generator calls forward itself: no module hook runs
+    def mixed(task):  # the same batch twice: the plan of these sentences, computed once
+        return batch.setdefault("b", collate(task, mixed_indices(task)))
 
-    def counted(*args, **kwargs):
-        steps.append(1)
-        return forward(*args, **kwargs)
-
-    model.decoder.forward = counted
-    with torch.no_grad():
-        task.inference_step(generator, [model], batch)  # the plan of these sentences, computed once
-        steps.clear()
-        with device_waits() as sites:
-            task.inference_step(generator, [model], batch)
+    sites, steps, _ = _waits_of_a_beam_search(corpus, method, mixed, mixed)
     plugin = {line: n for line, n in sites.items() if line.startswith("fairseq_langshare/modules/")}
-    assert len(steps) > 10 and sum(plugin.values()) <= len(steps) + 4, (len(steps), plugin)
+    assert steps > 10 and sum(plugin.values()) <= steps + 4, (steps, plugin)
