@@ -45,6 +45,34 @@ def test_batches_carry_per_sentence_ids_in_row_order(setup):
     assert len(set(batch["net_input"]["tgt_lang_id"].tolist())) == 2
 
 
+def test_the_ids_a_batch_carries_on_the_host_route_it_and_a_changed_batch_is_refused(setup):
+    """The collater keeps each batch's ids as lists (``lang_ids_on_host``); the task hands them to the
+    routing once the batch is on the device (fairseq's trainer has copied its tensors there), so the
+    model groups the rows without reading the device, with the same output. Ids replaced after
+    collation are refused, not routed by the stale lists; without the lists the ids are read."""
+    from benchmarks.device_waits import device_waits
+    from fairseq.utils import apply_to_sample
+
+    task, model, probe, _ = setup
+    batch = collate(task, mixed_indices(task))
+    assert batch["lang_ids_on_host"] == {key: batch["net_input"][key].tolist() for key in ("src_lang_id", "tgt_lang_id")}
+    expected = probe(**batch["net_input"])[0]
+    on_device = task.ensure_lang_ids(apply_to_sample(torch.clone, batch), probe)  # new tensors, as on a GPU
+    with device_waits() as sites:
+        out = probe(**on_device["net_input"])[0]
+    assert not [line for line in sites if line.startswith("fairseq_langshare/")], sites
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+    changed = apply_to_sample(torch.clone, batch)
+    changed["net_input"]["tgt_lang_id"] = changed["net_input"]["tgt_lang_id"].flip(0)  # a script's edit
+    with pytest.raises(RuntimeError, match="differ from the lists its collater kept"):
+        task.ensure_lang_ids(changed, probe)
+    changed.pop("lang_ids_on_host")
+    flipped = dict(batch["net_input"], tgt_lang_id=batch["net_input"]["tgt_lang_id"].flip(0))
+    torch.testing.assert_close(probe(**task.ensure_lang_ids(changed, probe)["net_input"])[0],
+                               probe(**flipped)[0], rtol=0, atol=0)
+
+
 def test_same_weights_same_outputs_as_fairseq_transformer(setup):
     task, model, _, args = setup
     plain = TransformerModel.build_model(args, task).eval()

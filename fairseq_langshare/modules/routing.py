@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["route_by_language", "languages_present", "present_ids", "language_grouping", "all_equal",
-           "host_ids", "reorder_ids", "known_equal", "LanguageIds", "LanguageGroupIds", "MissingLanguageIds", "LastResult", "bound_languages", "rebound"]
+           "host_ids", "note_host_ids", "reorder_ids", "known_equal", "LanguageIds", "LanguageGroupIds", "MissingLanguageIds", "LastResult", "bound_languages", "rebound"]
 
 
 class MissingLanguageIds(RuntimeError):
@@ -149,10 +149,13 @@ def present_ids(lang_ids: Tensor) -> Tensor:
 
 
 def _present_on_device(ids: Tensor) -> Tensor:
-    present = torch.tensor(languages_present(ids), dtype=torch.long)
-    if ids.is_cuda:  # from pinned memory the copy does not wait for the device
-        return present.pin_memory().to(ids.device, non_blocking=True)
-    return present.to(ids.device)
+    return _on_device_of(ids, languages_present(ids))
+
+
+def _on_device_of(ids: Tensor, values: list) -> Tensor:
+    """``values`` as a LongTensor on ``ids``' device; from pinned memory the copy does not wait for it."""
+    tensor = torch.tensor(values, dtype=torch.long)
+    return tensor.pin_memory().to(ids.device, non_blocking=True) if ids.is_cuda else tensor.to(ids.device)
 
 
 def all_equal(*pairs) -> bool:
@@ -181,6 +184,19 @@ def _host_ids(lang_ids: Tensor) -> Optional[list]:
 def _keep_host_copy(lang_ids: Tensor, values: list) -> None:
     if not lang_ids.is_inference():  # an inference tensor has no version counter to guard the copy
         lang_ids.__dict__[_HOST_COPY] = (values, lang_ids._version)
+
+
+def note_host_ids(lang_ids: Tensor, values: list) -> None:
+    """Tell the routing the values of ``lang_ids``, known on the host where its batch was built (the
+    task, once the batch is on the device): grouping its rows then reads nothing from the device.
+    They are checked against the tensor without waiting for the device (``torch._assert_async``: on a
+    GPU a tensor changed after the batch was built stops the run at its next synchronisation)."""
+    if len(values) != lang_ids.numel():
+        raise ValueError(f"{len(values)} language ids on the host for a tensor of {lang_ids.numel()}")
+    torch._assert_async((_on_device_of(lang_ids, values) == lang_ids).all(),
+                        "the batch's language ids differ from the lists its collater kept "
+                        "(lang_ids_on_host): a batch whose ids are changed after collation must drop them")
+    _keep_host_copy(lang_ids, list(values))
 
 
 def host_ids(lang_ids: Tensor) -> list:

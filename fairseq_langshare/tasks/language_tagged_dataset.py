@@ -12,7 +12,7 @@ from fairseq.data import BaseWrapperDataset
 
 from ..languages import LanguageInventory
 
-__all__ = ["LanguageTaggedDataset", "attach_lang_ids"]
+__all__ = ["LanguageTaggedDataset", "attach_lang_ids", "HOST_IDS"]
 
 
 class LanguageTaggedDataset(BaseWrapperDataset):
@@ -46,12 +46,18 @@ class LanguageTaggedDataset(BaseWrapperDataset):
         return batch
 
 
+HOST_IDS = "lang_ids_on_host"  # a batch's ids as lists: they travel with it to the device, as its tensors do not
+
+
 def attach_lang_ids(batch, src_ids, tgt_ids):
     """Put (B,) id tensors into ``net_input`` (and ``tgt_lang_id`` top-level, which fairseq's
-    non-shared collater merges) of a collated batch."""
+    non-shared collater merges) of a collated batch, and the same ids as lists under ``HOST_IDS``:
+    the task hands them to the routing once the batch is on the device, which then need not read
+    the device to group the rows by language (``routing.note_host_ids``)."""
     src = torch.as_tensor(src_ids, dtype=torch.long)
     tgt = torch.as_tensor(tgt_ids, dtype=torch.long)
     batch["net_input"]["src_lang_id"] = src
     batch["net_input"]["tgt_lang_id"] = tgt
     batch["tgt_lang_id"] = tgt
+    batch[HOST_IDS] = {"src_lang_id": src.tolist(), "tgt_lang_id": tgt.tolist()}
     return batch

@@ -40,12 +40,12 @@ from ..distributed_launch import check_training_is_distributed
 from ..languages import LanguageInventory, dictionary_fingerprint
 from ..models.config_transformer import check_model_node
 from ..modules.first_rank import first_rank
-from ..modules.routing import host_ids
+from ..modules.routing import host_ids, note_host_ids
 from ..option_ranges import Range, check_ranges
 from ..user_errors import fairseq_cli, option_text
 from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
                                 warn_too_long)
-from .language_tagged_dataset import LanguageTaggedDataset, attach_lang_ids
+from .language_tagged_dataset import HOST_IDS, LanguageTaggedDataset, attach_lang_ids
 from ..resumed_flags import check_resumed_flags
 from ..run_options import (resumed_checkpoint, resumed_model_config, resumes_own_checkpoint, run_option,
                            saved_checkpoint)
@@ -440,7 +440,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         if "tgt_lang_id" not in net_input and "tgt_lang_id" in sample:
             net_input["tgt_lang_id"] = sample["tgt_lang_id"]
         if all(key in net_input for key in LANG_KEYS):
-            return sample
+            return noted_host_ids(sample)
         if self.args.source_lang is None or self.args.target_lang is None:
             raise ValueError("batch without language ids: pass -s/--source-lang and -t/--target-lang")
         bsz = net_input["src_tokens"].size(0)
@@ -451,7 +451,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         )
         for key in LANG_KEYS:
             net_input[key] = net_input[key].to(net_input["src_tokens"].device)
-        return sample
+        return noted_host_ids(sample)
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if not self._updates_checked:  # the first step of this process: update_num is the checkpoint's count
@@ -511,6 +511,17 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
             return generator.generate(models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
 
 
+def noted_host_ids(sample):
+    """``sample``, its ids' values handed to the routing from the lists the collater kept (``HOST_IDS``):
+    the batch's tensors are the device's copies by now, the lists are still on the host."""
+    host = sample.get(HOST_IDS)
+    if host:
+        for key in LANG_KEYS:
+            if key in host:
+                note_host_ids(sample["net_input"][key], host[key])
+    return sample
+
+
 def direction_order(net_input) -> Optional[torch.Tensor]:
     """Row order (CPU LongTensor) grouping the batch by direction, or None when it already is (or
     carries no language ids)."""
@@ -533,7 +544,7 @@ def take_rows(sample, order: torch.Tensor):
             return value.index_select(0, order.to(value.device))
         return value
 
-    taken = {k: take(v) for k, v in sample.items() if k != "net_input"}
+    taken = {k: take(v) for k, v in sample.items() if k not in ("net_input", HOST_IDS)}  # new ids: read anew
     taken["net_input"] = {k: take(v) for k, v in sample["net_input"].items()}
     return taken
 
