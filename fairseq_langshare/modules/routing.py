@@ -24,7 +24,8 @@ import torch
 from torch import Tensor
 
 __all__ = ["route_by_language", "languages_present", "present_ids", "language_grouping", "all_equal",
-           "host_ids", "note_host_ids", "reorder_ids", "known_equal", "LanguageIds", "LanguageGroupIds", "MissingLanguageIds", "LastResult", "bound_languages", "rebound"]
+           "host_ids", "note_host_ids", "reorder_ids", "known_equal", "LanguageIds", "LanguageGroupIds",
+           "MissingLanguageIds", "LastResult", "bound_languages", "rebound"]
 
 
 class MissingLanguageIds(RuntimeError):
@@ -373,15 +374,4 @@ class LanguageGroupIds:
                 if groups_of else f"language id {outside[0]} has no group: the group table is empty")
         groups = table.to(ids.device).index_select(0, ids)
         _keep_host_copy(groups, [groups_of[lang] for lang in values])
-        return groups
-        if not table.numel() and ids.numel():
-            raise IndexError(f"language id {int(ids[0])} has no group: the group table is empty")
-        inside = (ids >= 0) & (ids < table.numel())
-        groups = table.to(ids.device).index_select(0, ids.clamp(0, max(table.numel() - 1, 0)))
-        groups = torch.where(inside, groups, torch.full_like(groups, -1))
-        if languages_present(groups)[:1] == [-1]:
-            raise IndexError(
-                f"language id {int(ids[~inside][0])} has no group: the group table covers {table.numel()} languages "
-                f"(the --langs inventory the model was built with); decode with the same --langs"
-            )
         return groups
