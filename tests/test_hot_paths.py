@@ -363,6 +363,7 @@ def _waits_of_a_beam_search(corpus, method, warm_up, counted, extra=()):
     task.load_dataset("valid")
     distinct_languages(model)
     model.eval()
+    args.min_len = 12  # an untrained network may end its hypotheses at once (torch's random numbers decide)
     generator = task.build_generator([model], args)
     steps, forward = [], model.decoder.forward  # the generator calls forward itself: no module hook runs
 
