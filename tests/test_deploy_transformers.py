@@ -297,15 +297,6 @@ def test_decoder_language_token_is_forced_first_and_stripped(spm_corpus, tmp_pat
     assert ours == theirs and len(set(ours)) > 3
 
 
-def favoured(model, symbol, like="__fr__", factor=16.0):
-    """``model`` whose shared embedding row of ``symbol`` is ``factor`` times that of ``like``: an untrained
-    network that generates ``like`` here (its output projection is the embedding) generates ``symbol``."""
-    d = model.decoder.dictionary
-    with torch.no_grad():
-        model.decoder.embed_tokens.weight[d.index(symbol)] = factor * model.decoder.embed_tokens.weight[d.index(like)]
-    return model
-
-
 @needs_transformers
 @pytest.mark.parametrize("langtok,generated", [(("--encoder-langtok", "tgt"), "__fr__"),
                                                (("--encoder-langtok", "tgt", "--decoder-langtok"), "__en__"),
@@ -315,12 +306,13 @@ def test_generated_language_tokens_are_printed_as_fairseq_prints_them(spm_corpus
     the pair's two languages (the task strips those of the languages it loaded, -s and -t): a language
     token the network generates is printed without --decoder-langtok (here the source's __fr__ of
     --encoder-langtok tgt), dropped with it (__en__), printed if of another language (__de__), and
-    batch_decode does the same."""
+    batch_decode does the same. The network is made to generate it at every step (``fixed_ranking``):
+    an untrained one picks a scaled embedding row or not as torch's random numbers fall."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     _, model, args = build_task_and_model(corpus_of(spm_corpus), extra=["--share-all-embeddings", *langtok],
                                           langtok=False)
-    ckpt = save_as_fairseq_train(favoured(model, generated), args, tmp_path / "model.pt")
+    ckpt = save_as_fairseq_train(fixed_ranking(model, generated, "</s>"), args, tmp_path / "model.pt")
     export_transformers(ckpt, "en", "fr", tmp_path / "hf", verbose=False)
     lines = raw(spm_corpus, "en-fr", "en")[:8]
     tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
