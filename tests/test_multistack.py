@@ -200,6 +200,30 @@ def test_group_view_maps_language_ids_to_group_ids():
         view.get("src")
 
 
+def test_group_view_reads_its_table_once_and_refuses_a_change_the_version_does_not_show():
+    """The view maps ids to groups on the host from one read of the table (per table tensor and
+    version); a write the version counter misses (``.data``, a broadcast of buffers) is caught by the
+    device's check of the mapped groups, not routed by the old table."""
+    from benchmarks.device_waits import device_waits
+
+    languages, table = LanguageIds(), torch.tensor([0, 1, 1])
+    view = LanguageGroupIds(languages, lambda side: table)
+    with languages.bind(src=torch.tensor([0, 2]), tgt=None):
+        assert view.get("src").tolist() == [0, 1]
+    ids = torch.tensor([2, 1])
+    with languages.bind(src=ids, tgt=None):
+        with device_waits() as sites:
+            groups = view.get("src")
+        assert sum(sites.values()) == 1, sites  # the ids' read; the table was read at the first call
+        assert groups.tolist() == [1, 1]
+    table.data[2] = 5  # the version stays
+    with languages.bind(src=torch.tensor([2, 0]), tgt=None), pytest.raises(RuntimeError, match="group table changed"):
+        view.get("src")
+    table[2] = 5  # in place: read again
+    with languages.bind(src=torch.tensor([2, 0]), tgt=None):
+        assert view.get("src").tolist() == [5, 0]
+
+
 def test_group_tables_are_stored_in_the_model_and_the_config(corpus, families):
     task, model, args = build(corpus, families, "--multi-encoder", "src-family", "--multi-decoder", "tgt-lang")
     assert task.inventory.langs == ["en", "xx", "yy"]

@@ -1,3 +1,4 @@
+import copy
 import pickle
 
 import pytest
@@ -123,10 +124,16 @@ def test_reordered_ids_of_one_language_are_known_and_an_in_place_change_is_seen(
     torch.testing.assert_close(route_by_language(x, beams, double), x * 3)
     beams[1] = 0  # in place: the values kept on the host no longer hold
     expected = x * torch.tensor([3.0, 1.0, 3.0, 3.0]).view(1, 4, 1)
-    sent = pickle.loads(pickle.dumps(beams))  # a copy carries the attribute along, and the version it checks
-    torch.testing.assert_close(route_by_language(x, sent, double), expected)
     torch.testing.assert_close(route_by_language(x, beams, double), expected)
     assert not known_equal(beams, reorder_ids(lang, torch.tensor([0, 0, 1, 1])))
+
+    # a copy starts a version counter of its own (at 1 after pickle, deepcopy or torch.load): values kept
+    # for a tensor at version 1 and gone stale must not pass to its copies
+    ids = pickle.loads(pickle.dumps(torch.tensor([2, 2, 2, 2])))
+    torch.testing.assert_close(route_by_language(x, ids, double), x * 3)  # kept at version 1
+    ids[1] = 0
+    for copied in (copy.deepcopy(ids), pickle.loads(pickle.dumps(ids))):
+        torch.testing.assert_close(route_by_language(x, copied, double), expected)
 
     mixed = torch.tensor([0, 1])
     route_by_language(x[:, :2], mixed, double)  # read: two languages

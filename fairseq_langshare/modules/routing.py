@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 import torch
 from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = ["route_by_language", "languages_present", "present_ids", "language_grouping", "all_equal",
            "host_ids", "note_host_ids", "reorder_ids", "known_equal", "LanguageIds", "LanguageGroupIds",
@@ -170,13 +171,15 @@ def all_equal(*pairs) -> bool:
     return bool(torch.stack([torch.eq(a, b).all().to(device) for a, b in pairs]).all())
 
 
-_HOST_COPY = "_langshare_host_ids"  # a tensor attribute: (its values as a list, the tensor's version)
+# ids tensor -> (its values as a list, the tensor's version then). Kept beside the tensor, not in its
+# __dict__, which a copy (deepcopy, pickle, torch.save) carries along with a version counter of its own
+_HOST_COPIES = WeakIdKeyDictionary()
 
 
 def _host_ids(lang_ids: Tensor) -> Optional[list]:
     """The values of ``lang_ids`` when they are known on the host: read once already (``host_ids``),
     or reordered (``reorder_ids``) from ids of one language, and not changed in place since."""
-    copy = lang_ids.__dict__.get(_HOST_COPY)
+    copy = _HOST_COPIES.get(lang_ids)
     if copy is None or lang_ids.is_inference() or copy[1] != lang_ids._version:
         return None
     return copy[0]
@@ -184,19 +187,23 @@ def _host_ids(lang_ids: Tensor) -> Optional[list]:
 
 def _keep_host_copy(lang_ids: Tensor, values: list) -> None:
     if not lang_ids.is_inference():  # an inference tensor has no version counter to guard the copy
-        lang_ids.__dict__[_HOST_COPY] = (values, lang_ids._version)
+        _HOST_COPIES[lang_ids] = (values, lang_ids._version)
 
 
-def note_host_ids(lang_ids: Tensor, values: list) -> None:
+STALE_BATCH_IDS = ("the batch's language ids differ from the lists its collater kept: a batch whose ids are "
+                   "changed after collation must drop its lang_ids_on_host lists")
+
+
+def note_host_ids(lang_ids: Tensor, values: list, mismatch: str = STALE_BATCH_IDS) -> None:
     """Tell the routing the values of ``lang_ids``, known on the host where its batch was built (the
     task, once the batch is on the device): grouping its rows then reads nothing from the device.
-    They are checked against the tensor without waiting for the device (``torch._assert_async``: on a
-    GPU a tensor changed after the batch was built stops the run at its next synchronisation)."""
+    They are checked against the tensor without waiting for the device (``torch._assert_async``, with
+    the message ``mismatch``: on a GPU a tensor that differs stops the run at its next synchronisation)."""
     if len(values) != lang_ids.numel():
         raise ValueError(f"{len(values)} language ids on the host for a tensor of {lang_ids.numel()}")
-    torch._assert_async((_on_device_of(lang_ids, values) == lang_ids).all(),
-                        "the batch's language ids differ from the lists its collater kept "
-                        "(lang_ids_on_host): a batch whose ids are changed after collation must drop them")
+    if lang_ids.device.type not in ("cpu", "cuda"):  # no asynchronous check there: the ids are read when grouped
+        return
+    torch._assert_async((_on_device_of(lang_ids, values) == lang_ids).all(), mismatch)
     _keep_host_copy(lang_ids, list(values))
 
 
@@ -373,5 +380,9 @@ class LanguageGroupIds:
                 f"(the --langs inventory the model was built with); decode with the same --langs"
                 if groups_of else f"language id {outside[0]} has no group: the group table is empty")
         groups = table.to(ids.device).index_select(0, ids)
-        _keep_host_copy(groups, [groups_of[lang] for lang in values])
+        # checked on the device as the ids are: a table changed where its version does not show (through
+        # ``.data``, a broadcast of buffers) stops the run instead of routing rows by the old one
+        note_host_ids(groups, [groups_of[lang] for lang in values],
+                      "the group table changed where its version does not show (a write through .data, a "
+                      "broadcast of buffers): change it in place, as loading a checkpoint does")
         return groups
