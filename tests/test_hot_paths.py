@@ -387,7 +387,7 @@ def test_a_beam_search_of_one_direction_routes_its_steps_without_reading_the_dev
     set direction by direction) has one language at every step: the reordered ids are known on the host
     (``routing.reorder_ids``) and no step reads them again. Were 1 read per step for the adapters and
     CLSR, 2 for the multi-stacks and LSL (the grouping of the reordered ids, LSL's check that they still
-    match its caches); now the batch's ids are read once (source and target)."""
+    match its caches); now the batch's ids come with it as lists (``lang_ids_on_host``) and nothing is read."""
     one_direction = list(range(6))  # the valid set's first direction (en-xx)
     batch = lambda task: collate(task, one_direction)  # noqa: E731  new tensors each time, as each batch brings
     sites, steps, hypos = _waits_of_a_beam_search(corpus, method, batch, batch, extra=["--max-update", "100"])

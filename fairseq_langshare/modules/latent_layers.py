@@ -303,8 +303,7 @@ class LayerSelector(nn.Module, ScheduledModule, AuxiliaryReporter):
         logits = self.alpha().detach()
         rule = self._rule()
         entry = self._cache.get(name)
-        if entry is not None and entry[0] == rule and entry[1].shape == logits.shape \
-                and entry[1].device == logits.device and torch.equal(entry[1], logits):
+        if entry is not None and entry[0] == rule and all_equal((entry[1], logits)):
             return entry[2]
         value = compute()
         self._cache[name] = (rule, logits.clone(), value)
