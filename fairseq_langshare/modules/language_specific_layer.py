@@ -528,82 +528,79 @@ def _layer_norms(dim, cfg, n):
     return [LayerNorm(dim, export=cfg.export) for _ in range(n)]
 
 
-class PartialLanguageSpecificEncoderLayer(TransformerEncoderLayerBase):
+class _PerLanguageSublayers:
+    """What the encoder and decoder layers below share: one copy per language of the sub-layers of
+    ``component``, built through fairseq's ``build_*`` hooks (which fairseq's ``__init__`` calls, so the
+    routing is set before it)."""
+
+    def _set_routing(self, languages: LanguageIds, side: str, num_langs: int, component: str):
+        if component not in ("ffn", "attention"):
+            raise ValueError(f"component must be 'ffn' or 'attention', got {component!r}")
+        self.languages, self.side, self.num_langs, self.component = languages, side, num_langs, component
+
+    def _per_lang_norm(self, cfg):
+        return LanguageSpecificModule(_layer_norms(self.embed_dim, cfg, self.num_langs), self.languages, self.side)
+
+    def _per_lang_if(self, component, build, wrapper=LanguageSpecificModule):
+        """``build()`` once per language in ``wrapper`` when this layer's component is ``component``, else once."""
+        if self.component != component:
+            return build()
+        return wrapper([build() for _ in range(self.num_langs)], self.languages, self.side)
+
+    def build_fc1(self, *args):
+        parent = super().build_fc1
+        return self._per_lang_if("ffn", lambda: parent(*args))
+
+    def build_fc2(self, *args):
+        parent = super().build_fc2
+        return self._per_lang_if("ffn", lambda: parent(*args))
+
+
+class PartialLanguageSpecificEncoderLayer(_PerLanguageSublayers, TransformerEncoderLayerBase):
     """An encoder layer whose FFN block (``component="ffn"``: fc1, fc2, final_layer_norm) or
     self-attention block (``"attention"``: self_attn, self_attn_layer_norm) has one copy per
     language; the rest is shared. Built through fairseq's ``build_fc1/fc2/self_attention`` hooks,
     so fairseq's forward runs unchanged."""
 
     def __init__(self, cfg, languages: LanguageIds, side: str, num_langs: int, component: str):
-        if component not in ("ffn", "attention"):
-            raise ValueError(f"component must be 'ffn' or 'attention', got {component!r}")
-        self.languages, self.side, self.num_langs, self.component = languages, side, num_langs, component
+        self._set_routing(languages, side, num_langs, component)
         super().__init__(cfg)
         if component == "ffn":
-            self.final_layer_norm = LanguageSpecificModule(_layer_norms(self.embed_dim, cfg, num_langs), languages, side)
+            self.final_layer_norm = self._per_lang_norm(cfg)
         else:
-            self.self_attn_layer_norm = LanguageSpecificModule(_layer_norms(self.embed_dim, cfg, num_langs), languages, side)
-
-    def _per_lang(self, build, wrapper=LanguageSpecificModule):
-        return wrapper([build() for _ in range(self.num_langs)], self.languages, self.side)
-
-    def build_fc1(self, *args):
-        parent = super(PartialLanguageSpecificEncoderLayer, self).build_fc1
-        return self._per_lang(lambda: parent(*args)) if self.component == "ffn" else parent(*args)
-
-    def build_fc2(self, *args):
-        parent = super(PartialLanguageSpecificEncoderLayer, self).build_fc2
-        return self._per_lang(lambda: parent(*args)) if self.component == "ffn" else parent(*args)
+            self.self_attn_layer_norm = self._per_lang_norm(cfg)
 
     def build_self_attention(self, embed_dim, cfg):
-        parent = super(PartialLanguageSpecificEncoderLayer, self).build_self_attention
-        if self.component != "attention":
-            return parent(embed_dim, cfg)
-        return self._per_lang(lambda: parent(embed_dim, cfg), LanguageSpecificAttention)
+        parent = super().build_self_attention
+        return self._per_lang_if("attention", lambda: parent(embed_dim, cfg), LanguageSpecificAttention)
 
 
-class PartialLanguageSpecificDecoderLayer(TransformerDecoderLayerBase):
+class PartialLanguageSpecificDecoderLayer(_PerLanguageSublayers, TransformerDecoderLayerBase):
     """Decoder counterpart: ``"ffn"`` makes fc1, fc2, final_layer_norm language-specific;
     ``"attention"`` makes self-attention and encoder attention (with their layer norms)
     language-specific."""
 
     def __init__(self, cfg, languages: LanguageIds, side: str, num_langs: int, component: str,
                  no_encoder_attn=False):
-        if component not in ("ffn", "attention"):
-            raise ValueError(f"component must be 'ffn' or 'attention', got {component!r}")
+        self._set_routing(languages, side, num_langs, component)
         if cfg.cross_self_attention:
             raise ValueError("language-specific decoder sub-layers do not support --cross-self-attention")
-        self.languages, self.side, self.num_langs, self.component = languages, side, num_langs, component
         super().__init__(cfg, no_encoder_attn=no_encoder_attn)
-        norms = lambda: LanguageSpecificModule(_layer_norms(self.embed_dim, cfg, num_langs), languages, side)  # noqa: E731
         if component == "ffn":
-            self.final_layer_norm = norms()
+            self.final_layer_norm = self._per_lang_norm(cfg)
         else:
-            self.self_attn_layer_norm = norms()
+            self.self_attn_layer_norm = self._per_lang_norm(cfg)
             if self.encoder_attn_layer_norm is not None:
-                self.encoder_attn_layer_norm = norms()
-
-    def _per_lang(self, build, wrapper=LanguageSpecificModule):
-        return wrapper([build() for _ in range(self.num_langs)], self.languages, self.side)
-
-    def build_fc1(self, *args):
-        parent = super(PartialLanguageSpecificDecoderLayer, self).build_fc1
-        return self._per_lang(lambda: parent(*args)) if self.component == "ffn" else parent(*args)
-
-    def build_fc2(self, *args):
-        parent = super(PartialLanguageSpecificDecoderLayer, self).build_fc2
-        return self._per_lang(lambda: parent(*args)) if self.component == "ffn" else parent(*args)
+                self.encoder_attn_layer_norm = self._per_lang_norm(cfg)
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
-        parent = super(PartialLanguageSpecificDecoderLayer, self).build_self_attention
-        build = lambda: parent(embed_dim, cfg, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn)  # noqa: E731
-        return self._per_lang(build, LanguageSpecificAttention) if self.component == "attention" else build()
+        parent = super().build_self_attention
+        return self._per_lang_if("attention", lambda: parent(embed_dim, cfg, add_bias_kv=add_bias_kv,
+                                                             add_zero_attn=add_zero_attn), LanguageSpecificAttention)
 
     def build_encoder_attention(self, embed_dim, cfg):
-        parent = super(PartialLanguageSpecificDecoderLayer, self).build_encoder_attention
-        if self.component != "attention":
-            return parent(embed_dim, cfg)
-        return self._per_lang(lambda: parent(embed_dim, cfg), LanguageSpecificAttention)
+        parent = super().build_encoder_attention
+        return self._per_lang_if("attention", lambda: parent(embed_dim, cfg), LanguageSpecificAttention)
 
 
 # --- search mode (Eq. 1) ---------------------------------------------------------------------
