@@ -306,3 +306,19 @@ def test_reordered_langs_route_by_code_after_loading(corpus):
     batch_a, batch_b = collate(task_a, indices), collate(task_b, indices)
     assert torch.equal(batch_a["net_input"]["tgt_lang_id"], batch_b["net_input"]["tgt_lang_id"])
     torch.testing.assert_close(_logits(probe_b, batch_b), _logits(probe_a, batch_a))
+
+
+@pytest.mark.parametrize("arch", ["langshare_adapter_transformer", "langshare_multistack_transformer", "lsl_transformer",
+                                  "clsr_transformer", "latent_depth_transformer", "adaptive_sparse_transformer"])
+def test_a_method_built_for_a_task_without_languages_names_the_task_to_use(tmp_path, arch):
+    """fairseq's own tasks put no language ids in a batch: every method refuses to be built for one (one
+    line, before any data is read), not only at its first forward."""
+    from fairseq import models, options
+    from fairseq.data import Dictionary
+    from fairseq.tasks.translation import TranslationTask
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(tmp_path), "--task", "translation", "--arch", arch, "--max-update", "10"])
+    dictionary = Dictionary()
+    with pytest.raises(ValueError, match=f"^{arch} .*: use --task multilingual_langshare with --langs$"):
+        models.ARCH_MODEL_REGISTRY[arch].build_model(args, TranslationTask(args, dictionary, dictionary))

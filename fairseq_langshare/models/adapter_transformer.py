@@ -43,7 +43,8 @@ from ..option_ranges import Range
 from ..run_options import resumed_checkpoint, resumed_model_config, run_option
 from .langshare_transformer import small_preset, tiny_preset
 from .config_transformer import ConfigTransformerModel
-from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
+from .language_aware_transformer import (LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel,
+                                         task_inventory)
 
 logger = logging.getLogger(__name__)
 
@@ -208,10 +209,7 @@ class AdapterTransformerModel(LanguageAwareTransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        inventory = getattr(task, "inventory", None)
-        if inventory is None:
-            raise ValueError("langshare_adapter_transformer routes every sentence by its languages: "
-                             "use --task multilingual_langshare")
+        inventory = task_inventory(task, "langshare_adapter_transformer", "routes every sentence by its languages")
         placement = str(getattr(args, "adapter_placement", None) or "enc-src")
         if placement.startswith("pair"):
             pairs = _pairs(getattr(args, "adapter_pairs", None))

@@ -51,7 +51,7 @@ from ..option_ranges import Range, check_ranges
 from .langshare_transformer import size_preset
 from .config_transformer import ConfigTransformerModel
 from .language_aware_transformer import (LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first,
-                                         name_every_option)
+                                         name_every_option, task_inventory)
 from .latent_depth_transformer import TrainedLanguagesByCode, reorder_walk, trained_language_codes, trained_languages
 from ..run_options import run_option
 
@@ -507,10 +507,7 @@ class AdaptiveSparseTransformerModel(TrainedLanguagesByCode, LanguageAwareTransf
 
     @classmethod
     def build_model(cls, args, task):
-        inventory = getattr(task, "inventory", None)
-        if inventory is None or len(inventory) == 0:
-            raise ValueError("adaptive_sparse_transformer scores components per language: use --task "
-                             "multilingual_langshare with --langs")
+        inventory = task_inventory(task, "adaptive_sparse_transformer", "scores components per language")
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
             max_update = int(run_option(args, "max_update", "optimization", 0))

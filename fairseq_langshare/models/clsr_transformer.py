@@ -39,7 +39,8 @@ from ..modules.clsr import ClsrUnit, LanguageProjections
 from ..modules.language_specific_layer import reorder_modules
 from ..modules.schedules import HORIZONS, set_given_options
 from ..option_ranges import Range
-from .language_aware_transformer import LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel
+from .language_aware_transformer import (LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel,
+                                         task_inventory)
 from .langshare_transformer import small_preset, tiny_preset
 from ..run_options import in_fairseq_training, resumed_checkpoint, run_option, saved_checkpoint
 
@@ -282,6 +283,7 @@ class ClsrTransformerModel(LanguageAwareTransformerModel, AuxiliaryReporter):
 
     @classmethod
     def build_model(cls, args, task):
+        task_inventory(task, "clsr_transformer", "gates every token by its language")
         given = [] if getattr(args, "clsr_noise_ramp_updates", 0) in (0, None) else ["--clsr-noise-ramp-updates"]
         if not given:
             # alpha grows over the whole run (the authors' setting); without --max-update the

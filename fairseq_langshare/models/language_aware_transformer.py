@@ -53,6 +53,15 @@ def name_every_option(args, cfg, config_class) -> None:
                 setattr(args, name, value.value if isinstance(value, Enum) else value)
 
 
+def task_inventory(task, arch: str, uses: str, error=ValueError) -> LanguageInventory:
+    """The language inventory of ``task``; for a task without one (fairseq's own, whose batches carry no
+    language ids) one line naming the task to use, before any data is read."""
+    inventory = getattr(task, "inventory", None)
+    if inventory is None or len(inventory) == 0:
+        raise error(f"{arch} {uses}: use --task multilingual_langshare with --langs")
+    return inventory
+
+
 class WeightsMismatch(ValueError):
     """A checkpoint whose weights do not fit the model this run builds."""
 

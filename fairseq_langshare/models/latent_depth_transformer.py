@@ -36,7 +36,7 @@ from ..modules.schedules import set_given_options
 from ..option_ranges import OnlyWith, Range, check_ranges
 from .langshare_transformer import size_preset
 from .language_aware_transformer import (LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel, _first,
-                                         name_every_option)
+                                         name_every_option, task_inventory)
 from ..run_options import run_option
 
 logger = logging.getLogger(__name__)
@@ -397,10 +397,7 @@ class LatentDepthTransformerModel(TrainedLanguagesByCode, LanguageAwareTransform
 
     @classmethod
     def build_model(cls, args, task):
-        inventory = getattr(task, "inventory", None)
-        if inventory is None or len(inventory) == 0:
-            raise ValueError("latent_depth_transformer selects layers per language: use --task multilingual_langshare "
-                             "with --langs")
+        inventory = task_inventory(task, "latent_depth_transformer", "selects layers per language")
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
             max_update = int(run_option(args, "max_update", "optimization", 0))

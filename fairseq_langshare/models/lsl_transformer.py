@@ -47,7 +47,7 @@ from ..modules.language_specific_layer import (
 )
 from .langshare_transformer import small_preset, tiny_preset
 from .language_aware_transformer import (LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel,
-                                         name_every_option)
+                                         name_every_option, task_inventory)
 
 logger = logging.getLogger(__name__)
 
@@ -196,9 +196,7 @@ class LSLTransformerModel(LanguageAwareTransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        inventory = getattr(task, "inventory", None)
-        if inventory is None:
-            raise ValueError("lsl_transformer routes every sentence by its languages: use --task multilingual_langshare")
+        inventory = task_inventory(task, "lsl_transformer", "routes every sentence by its languages")
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
         cfg = cls.config_class.from_namespace(args)

@@ -54,7 +54,7 @@ from ..modules.routing import LanguageGroupIds
 from .langshare_transformer import size_preset, small_preset, tiny_preset
 from .latent_depth_transformer import trained_language_codes
 from .language_aware_transformer import (LanguageAwareDecoder, LanguageAwareEncoder, LanguageAwareTransformerModel,
-                                         name_every_option)
+                                         name_every_option, task_inventory)
 
 logger = logging.getLogger(__name__)
 
@@ -277,10 +277,8 @@ class MultistackTransformerModel(LanguageAwareTransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        inventory = getattr(task, "inventory", None)
-        if inventory is None:
-            raise MultistackConfigError("langshare_multistack_transformer routes every sentence by its languages: "
-                                        "use --task multilingual_langshare")
+        inventory = task_inventory(task, "langshare_multistack_transformer", "routes every sentence by its languages",
+                                   MultistackConfigError)
         with open_dict(args) if OmegaConf.is_config(args) else nullcontext():
             base_architecture(args)
         try:
