@@ -157,12 +157,14 @@ for pid in "${pids[@]}"; do wait "$pid"; done
 """
 
 
-def test_the_slurm_script_resumes_a_one_process_adaptive_sparse_run_past_t_bar(corpus, tmp_path):
-    """One process with --update-freq 2 trains past T-bar (2); scripts/slurm_train.sbatch (its srun
-    played by a script that sets each task's variables, as Slurm does) resumes it on 2 tasks (1 -> 2)."""
+def test_the_slurm_script_resumes_a_one_process_adaptive_sparse_run_from_the_middle_of_its_epoch(corpus, tmp_path):
+    """One process with --update-freq 2 trains to T-bar (2), 4 batches into its epoch of 5;
+    scripts/slurm_train.sbatch (its srun played by a script that sets each task's variables, as Slurm does)
+    resumes it on 2 tasks (1 -> 2), each after 2 of its own batches (was: fairseq's "Cannot resume training
+    due to dataloader mismatch", the position 4 being past the 3 batches of a rank's half of the epoch)."""
     ckpt = tmp_path / "ckpt"
     train(task_args(corpus) + TRAIN + METHODS["adaptive_sparse"] + [
-        "--cpu", "--save-dir", str(ckpt), "--update-freq", "2", "--max-update", "3", "--disable-validation"])
+        "--cpu", "--save-dir", str(ckpt), "--update-freq", "2", "--max-update", "2", "--disable-validation"])
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "srun").write_text(FAKE_SRUN)
@@ -175,10 +177,12 @@ def test_the_slurm_script_resumes_a_one_process_adaptive_sparse_run_past_t_bar(c
                             str(free_port()))[1:]]], tmp_path, [clean_env(**job)])
     outs = [(tmp_path / f"task{task}.log").read_text() for task in (0, 1)]
     assert "srun: rank 1 of 2, device 1, tcp://localhost:" in outs[1]
+    assert "epoch 1 stopped after 4 of its batches on 1 process: each of the 2 processes resumes after 2 of its own" \
+        in outs[0]
     assert_two_ranks_trained("".join(outs), "adaptive_sparse", updates=5)
     phases = records(outs[0], "stat_sparse_phase")
-    assert [int(float(u)) for u in records(outs[0], "num_updates")[:len(phases)]] == [4, 5]
-    assert [float(p) for p in phases] == [2.0, 2.0]
+    assert [int(float(u)) for u in records(outs[0], "num_updates")[:len(phases)]] == [3, 4, 5]
+    assert [float(p) for p in phases] == [2.0, 2.0, 2.0]
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "srun"])

@@ -45,6 +45,7 @@ from ..option_ranges import Range, check_ranges
 from ..user_errors import fairseq_cli, option_text
 from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
                                 warn_too_long)
+from .epoch_position import resume_across_process_counts
 from .language_tagged_dataset import HOST_IDS, LanguageTaggedDataset, attach_lang_ids
 from ..resumed_flags import check_resumed_flags
 from ..run_options import (resumed_checkpoint, resumed_model_config, resumes_own_checkpoint, run_option,
@@ -273,6 +274,15 @@ def _batches_per_update(processes: int, update_freq) -> Tuple[int, str]:
                               f"{option_text('update_freq', 'optimization', freq)}")
 
 
+def _saved_training(args) -> Optional[Tuple[int, object]]:
+    """(processes, --update-freq) the checkpoint this run resumes was trained with; None without one."""
+    cfg = (saved_checkpoint(resumed_checkpoint(args)) or {}).get("cfg") or {}
+    try:
+        return int(cfg["distributed_training"]["distributed_world_size"]), cfg["optimization"]["update_freq"]
+    except (KeyError, TypeError, ValueError):  # a checkpoint without them: nothing to compare
+        return None
+
+
 def warn_if_the_batch_changed(update_num: int, args) -> None:
     """At a resume, say once when the checkpoint was trained with another number of batches per update
     (processes x --update-freq): each update now averages another number of sentences."""
@@ -280,12 +290,10 @@ def warn_if_the_batch_changed(update_num: int, args) -> None:
 
     if update_num <= 0 or not first_rank():
         return
-    path = resumed_checkpoint(args)
-    cfg = (saved_checkpoint(path) or {}).get("cfg") or {}
+    path, saved = resumed_checkpoint(args), _saved_training(args)
     try:
-        before, said = _batches_per_update(int(cfg["distributed_training"]["distributed_world_size"]),
-                                           cfg["optimization"]["update_freq"])
-    except (KeyError, TypeError, ValueError, IndexError):  # a checkpoint without them: nothing to compare
+        before, said = _batches_per_update(*saved)
+    except (TypeError, ValueError, IndexError):  # a checkpoint without them: nothing to compare
         return
     processes = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     now, says = _batches_per_update(processes, run_option(args, "update_freq", "optimization", [1]))
@@ -422,9 +430,12 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
             _, ignored = dataset.filter_indices_by_size(np.arange(len(dataset)), max_positions)
             warn_too_long(dataset, ignored, max_positions, dataset.first_input_line)
             kwargs["ignore_invalid_inputs"] = True
-        return super().get_batch_iterator(
+        itr = super().get_batch_iterator(
             dataset, *args, required_batch_size_multiple=required_batch_size_multiple, **kwargs
         )
+        if dataset is self.datasets.get(getattr(self.args, "train_subset", "train")):  # the one a resume restores
+            itr = resume_across_process_counts(itr, lambda: (_saved_training(self.args) or (None,))[0])
+        return itr
 
     def ensure_lang_ids(self, sample, model=None):
         """The batch as ``model`` takes it (the caller's batch is not modified): per-sentence ids

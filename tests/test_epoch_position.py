@@ -1,0 +1,62 @@
+"""A run resumed on another number of processes picks its epoch up where it stopped: no batch of the
+epoch is read twice or skipped (fairseq counts the position in the rank's batches, and deals the
+epoch's batches out to the ranks in turn)."""
+
+import pytest
+
+from tiny_corpus import build_task_and_model
+
+
+@pytest.fixture(scope="module")
+def task(corpus):
+    task, _, _ = build_task_and_model(corpus)
+    task.load_dataset("train", epoch=1)
+    return task
+
+
+def iterator(task, shards, shard):
+    return task.get_batch_iterator(task.dataset("train"), max_sentences=16, num_shards=shards, shard_id=shard,
+                                   seed=1, epoch=1, disable_iterator_cache=True)
+
+
+def ids(batches):
+    """(sentence id, target language) of every row: ids count within a direction."""
+    return [row for batch in batches if batch
+            for row in zip(batch["id"].tolist(), batch["net_input"]["tgt_lang_id"].tolist())]
+
+
+def take(itr, n):
+    epoch = itr.next_epoch_itr(shuffle=True)
+    return [next(epoch) for _ in range(n)]
+
+
+def whole_epoch(task):
+    return sorted(ids(iterator(task, 1, 0).next_epoch_itr(shuffle=True)))
+
+
+@pytest.mark.parametrize("before,after", [(1, 2), (2, 1), (2, 4), (4, 2)])
+def test_a_resume_on_another_number_of_processes_reads_the_rest_of_the_epoch_once(task, before, after):
+    """Stopped three quarters into the epoch: past 1/after of it, where fairseq stopped a resume on more
+    processes ("Cannot resume training due to dataloader mismatch") and re-read batches on fewer."""
+    per_rank = len(iterator(task, before, 0))
+    done_per_rank = (3 * per_rank // 4) // after * after  # a multiple of the new count: the split is exact
+    done, state = [], None
+    for shard in range(before):
+        itr = iterator(task, before, shard)
+        done += ids(take(itr, done_per_rank))
+        state = itr.state_dict()  # every rank saves the same position
+    rest = []
+    for shard in range(after):
+        itr = iterator(task, after, shard)
+        itr.load_state_dict(state)
+        rest += ids(itr.next_epoch_itr(shuffle=True))
+    assert sorted(done + rest) == whole_epoch(task)
+
+
+def test_the_same_number_of_processes_resumes_as_fairseq_does(task):
+    itr = iterator(task, 2, 1)
+    done = take(itr, 3)
+    resumed = iterator(task, 2, 1)
+    resumed.load_state_dict(itr.state_dict())
+    rest = list(resumed.next_epoch_itr(shuffle=True))
+    assert ids(done + rest) == ids(iterator(task, 2, 1).next_epoch_itr(shuffle=True))
