@@ -3,13 +3,19 @@ epoch is read twice or skipped (fairseq counts the position in the rank's batche
 epoch's batches out to the ranks in turn)."""
 
 import pytest
+import torch
 
 from tiny_corpus import build_task_and_model
 
 
 @pytest.fixture(scope="module")
-def task(corpus):
-    task, _, _ = build_task_and_model(corpus)
+def save_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("save")
+
+
+@pytest.fixture(scope="module")
+def task(corpus, save_dir):
+    task, _, _ = build_task_and_model(corpus, extra=["--save-dir", str(save_dir)])
     task.load_dataset("train", epoch=1)
     return task
 
@@ -38,6 +44,22 @@ def whole_epoch(task):
 def test_a_resume_on_another_number_of_processes_reads_the_rest_of_the_epoch_once(task, before, after):
     """Stopped three quarters into the epoch: past 1/after of it, where fairseq stopped a resume on more
     processes ("Cannot resume training due to dataloader mismatch") and re-read batches on fewer."""
+    resume_reads_the_rest_once(task, before, after)
+
+
+@pytest.mark.parametrize("before,after", [(2, 1), (1, 2)])
+def test_a_position_saved_without_its_process_count_takes_the_checkpoints(task, save_dir, before, after):
+    """A checkpoint written before the position named its process count: the resumed checkpoint's world size
+    (its config) says it."""
+    torch.save({"cfg": {"distributed_training": {"distributed_world_size": before},
+                        "optimization": {"update_freq": [1]}}}, save_dir / "checkpoint_last.pt")
+    try:
+        resume_reads_the_rest_once(task, before, after, saved_without_count=True)
+    finally:
+        (save_dir / "checkpoint_last.pt").unlink()
+
+
+def resume_reads_the_rest_once(task, before, after, saved_without_count=False):
     per_rank = len(iterator(task, before, 0))
     done_per_rank = (3 * per_rank // 4) // after * after  # a multiple of the new count: the split is exact
     done, state = [], None
@@ -45,6 +67,8 @@ def test_a_resume_on_another_number_of_processes_reads_the_rest_of_the_epoch_onc
         itr = iterator(task, before, shard)
         done += ids(take(itr, done_per_rank))
         state = itr.state_dict()  # every rank saves the same position
+    if saved_without_count:
+        state.pop("num_shards")
     rest = []
     for shard in range(after):
         itr = iterator(task, after, shard)
