@@ -73,6 +73,32 @@ def test_the_ids_a_batch_carries_on_the_host_route_it_and_a_changed_batch_is_ref
                                probe(**flipped)[0], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("write", ["data", "numpy"])
+@pytest.mark.parametrize("between", [1, 0])
+def test_ids_changed_where_their_version_does_not_show_route_by_their_values_when_run_again(setup, write, between):
+    """A script that edits a batch's ids in place through ``.data`` or numpy (writes torch's version counter
+    does not see) and runs the batch through the task again, with or without another batch between: the
+    rows are routed by the new values, as the same values in a fresh tensor are (what the routing knows of
+    a batch's ids serves that batch only; was: host copies kept for the tensor's life routed the rows by
+    the old languages, and a cached grouping did when no batch came between)."""
+    task, _, probe, _ = setup
+    first, other = collate(task, mixed_indices(task)), collate(task, list(reversed(mixed_indices(task))))
+    with torch.no_grad():
+        for batch in (first, other)[:1 + between]:
+            probe(**task.ensure_lang_ids(batch, probe)["net_input"])
+        ids = first["net_input"]["tgt_lang_id"]
+        new_values = [task.inventory.id("yy")] * ids.numel()  # was a mix of xx and yy
+        if write == "data":
+            ids.data.fill_(new_values[0])
+        else:
+            ids.numpy()[:] = new_values
+        assert ids.tolist() == new_values
+        first.pop("lang_ids_on_host")  # as the refusal of changed ids says
+        out = probe(**task.ensure_lang_ids(first, probe)["net_input"])[0]
+        fresh = probe(**dict(first["net_input"], tgt_lang_id=torch.tensor(new_values)))[0]
+    torch.testing.assert_close(out, fresh, rtol=0, atol=0)
+
+
 def test_same_weights_same_outputs_as_fairseq_transformer(setup):
     task, model, _, args = setup
     plain = TransformerModel.build_model(args, task).eval()

@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = ["route_by_language", "languages_present", "present_ids", "language_grouping", "all_equal",
-           "host_ids", "note_host_ids", "reorder_ids", "known_equal", "LanguageIds", "LanguageGroupIds",
+           "host_ids", "note_host_ids", "new_batch", "reorder_ids", "known_equal", "LanguageIds", "LanguageGroupIds",
            "MissingLanguageIds", "LastResult", "bound_languages", "rebound"]
 
 
@@ -78,22 +78,34 @@ def route_by_language(
     return torch.cat(outs, dim=batch_dim).index_select(batch_dim, inverse)
 
 
+_BATCH = [0]  # the number of the batch in progress (``new_batch``)
+
+
+def new_batch() -> None:
+    """A new batch enters (the task's ``ensure_lang_ids``): what the routing knows of earlier batches' ids
+    (their host copies, their groupings) is dropped. Their tensors may have been changed since where the
+    version counter does not show (a write through ``.data`` or numpy, by a script that runs a batch
+    again with other ids); knowledge kept for a tensor's whole life would route its rows by the old values."""
+    _BATCH[0] += 1
+
+
 class LastResult:
     """A one-entry cache of a value computed from tensors. Every layer of a forward call asks
     about the same ids tensor, so the value is computed once per call. The entry holds while the
     very same tensor objects come back unchanged (identity and version counter: an in-place
-    change, e.g. a state-dict load into a buffer, invalidates it); inference-mode tensors have no
-    version counter and are never cached."""
+    change, e.g. a state-dict load into a buffer, invalidates it) and, unless ``across_batches``,
+    within one batch (``new_batch``); inference-mode tensors have no version counter and are never
+    cached."""
 
-    __slots__ = ("_key", "_value")
+    __slots__ = ("_key", "_value", "_batch", "_across_batches")
 
-    def __init__(self):
-        self._key, self._value = (), None
+    def __init__(self, across_batches: bool = False):
+        self._key, self._value, self._batch, self._across_batches = (), None, None, across_batches
 
     def get(self, tensors, compute, *args):
         """The value of ``compute(*args)`` for ``tensors``, cached."""
         key = self._key
-        if len(key) == len(tensors):
+        if len(key) == len(tensors) and (self._across_batches or self._batch == _BATCH[0]):
             for t, (cached, version) in zip(tensors, key):
                 if t is not cached or t._version != version:
                     break
@@ -103,7 +115,7 @@ class LastResult:
         if any(t.is_inference() for t in tensors):
             self._key, self._value = (), None
         else:
-            self._key, self._value = tuple((t, t._version) for t in tensors), value
+            self._key, self._value, self._batch = tuple((t, t._version) for t in tensors), value, _BATCH[0]
         return value
 
 
@@ -171,23 +183,23 @@ def all_equal(*pairs) -> bool:
     return bool(torch.stack([torch.eq(a, b).all().to(device) for a, b in pairs]).all())
 
 
-# ids tensor -> (its values as a list, the tensor's version then). Kept beside the tensor, not in its
-# __dict__, which a copy (deepcopy, pickle, torch.save) carries along with a version counter of its own
+# ids tensor -> (its values as a list, the tensor's version then, the batch). Kept beside the tensor, not in
+# its __dict__, which a copy (deepcopy, pickle, torch.save) carries along with a version counter of its own
 _HOST_COPIES = WeakIdKeyDictionary()
 
 
 def _host_ids(lang_ids: Tensor) -> Optional[list]:
     """The values of ``lang_ids`` when they are known on the host: read once already (``host_ids``),
-    or reordered (``reorder_ids``) from ids of one language, and not changed in place since."""
+    or reordered (``reorder_ids``) from ids of one language, in this batch, and not changed in place since."""
     copy = _HOST_COPIES.get(lang_ids)
-    if copy is None or lang_ids.is_inference() or copy[1] != lang_ids._version:
+    if copy is None or lang_ids.is_inference() or copy[1:] != (lang_ids._version, _BATCH[0]):
         return None
     return copy[0]
 
 
 def _keep_host_copy(lang_ids: Tensor, values: list) -> None:
     if not lang_ids.is_inference():  # an inference tensor has no version counter to guard the copy
-        _HOST_COPIES[lang_ids] = (values, lang_ids._version)
+        _HOST_COPIES[lang_ids] = (values, lang_ids._version, _BATCH[0])
 
 
 STALE_BATCH_IDS = ("the batch's language ids differ from the lists its collater kept: a batch whose ids are "
@@ -351,7 +363,7 @@ class LanguageGroupIds:
         self.languages = languages
         self.table = table
         self._last = LastResult()  # every layer of a call maps the same ids
-        self._host_table = LastResult()  # the table read once (per table tensor and change)
+        self._host_table = LastResult(across_batches=True)  # the table read once (per table tensor and change)
 
     def bind(self, *args, **kwargs):
         return self.languages.bind(*args, **kwargs)

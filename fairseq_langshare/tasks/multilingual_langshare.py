@@ -40,7 +40,7 @@ from ..distributed_launch import check_training_is_distributed
 from ..languages import LanguageInventory, dictionary_fingerprint
 from ..models.config_transformer import check_model_node
 from ..modules.first_rank import first_rank
-from ..modules.routing import host_ids, note_host_ids
+from ..modules.routing import host_ids, new_batch, note_host_ids
 from ..option_ranges import Range, check_ranges
 from ..user_errors import fairseq_cli, option_text
 from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
@@ -442,6 +442,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         added if its producer gave none (``fairseq-interactive`` builds ``net_input`` from tokens
         only; at inference every row is ``-s`` -> ``-t``), or removed for a plain fairseq model
         (e.g. ``--arch transformer``) whose forward takes no ids."""
+        new_batch()  # what the routing knew of earlier batches' ids is dropped
         net_input = dict(sample["net_input"])
         sample = {**sample, "net_input": net_input}
         if model is not None and not takes_lang_ids(model):
