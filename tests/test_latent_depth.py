@@ -607,7 +607,9 @@ def test_a_short_training_moves_the_posteriors_l_k_penalises_below_one_half(corp
             "--latent-commit-updates", "0", "--latent-logit-lr-scale", str(scale)))
         ends[scale] = [logged(records, f"stat_dec_u_{layer}")[60] for layer in range(1, 5)]
     assert sum(ends[10]) < 1.6 and sum(ends[1]) > sum(ends[10]) + 0.3, ends
-    assert sorted(ends[10])[-1] > sorted(ends[10])[-2] + 0.05, ends  # one layer stays ahead of the rest
+    # one layer stays ahead of the rest: by 0.065 on torch 2.13 and 0.0375 on 2.4.1 (whose random numbers
+    # differ); at logit scale 1 all four are within 0.01 of each other
+    assert sorted(ends[10])[-1] > sorted(ends[10])[-2] + 0.025, ends
 
 
 def close_file_handlers(path):
