@@ -6,7 +6,7 @@ import pytest
 import torch
 from fairseq import options, tasks
 
-from tiny_corpus import task_args
+from tiny_corpus import make_corpus, task_args
 
 
 def setup_task(corpus, *extra, langs=None, pairs=None):
@@ -64,6 +64,31 @@ def test_validation_and_generation_batches_keep_every_sentence(corpus):
     dataset = task.dataset("valid")
     itr = task.get_batch_iterator(dataset, max_tokens=1000, required_batch_size_multiple=8).next_epoch_itr(shuffle=False)
     assert sum(b["id"].numel() for b in itr) == len(dataset)
+
+
+@pytest.fixture(scope="module")
+def odd_corpus(tmp_path_factory):
+    """301 training pairs per direction: 602 in all, not a multiple of 8."""
+    return make_corpus(tmp_path_factory.mktemp("odd"), n_train=301)
+
+
+@pytest.mark.parametrize("sampling", ["concat", "temperature"])
+def test_training_batches_keep_every_sentence_and_the_multiple(odd_corpus, sampling):
+    """fairseq 0.12 drops the epoch's last batch when its size is not a multiple of
+    --required-batch-size-multiple (default 8): batches are cut from the sentences ordered by length, so the
+    longest sentences of the corpus never trained (was: 2 of 1,978 pairs in a user's corpus, every epoch).
+    The training split keeps the multiple for every batch but the last, and keeps the last."""
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, task_args(odd_corpus) + [
+        "--arch", "langshare_transformer_tiny", "--sampling-method", sampling])
+    task = tasks.setup_task(args)
+    task.load_dataset("train", epoch=1)
+    dataset = task.dataset("train")
+    batches = list(task.get_batch_iterator(dataset, max_tokens=1000, required_batch_size_multiple=8,
+                                           seed=1, epoch=1).next_epoch_itr(shuffle=False))
+    assert sum(b["id"].numel() for b in batches) == len(dataset)
+    sizes = [b["id"].numel() for b in batches]
+    assert sizes[-1] % 8 and all(size % 8 == 0 for size in sizes[:-1]), sizes  # the case this guards
 
 
 def test_batches_without_ids_get_them_from_the_inference_direction(corpus):

@@ -45,7 +45,7 @@ from ..option_ranges import Range, check_ranges
 from ..user_errors import fairseq_cli, option_text
 from .interactive_input import (check_input_file, decodable, input_option, tolerate_undecodable_stdin,
                                 warn_too_long)
-from .epoch_position import resume_across_process_counts
+from .training_epoch import keep_the_last_batch, resume_across_process_counts
 from .language_tagged_dataset import HOST_IDS, LanguageTaggedDataset, attach_lang_ids
 from ..resumed_flags import check_resumed_flags
 from ..run_options import (resumed_checkpoint, resumed_model_config, resumes_own_checkpoint, run_option,
@@ -419,11 +419,14 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
     def get_batch_iterator(self, dataset, *args, required_batch_size_multiple=1, **kwargs):
         """fairseq 0.12's ``data_utils.batch_by_size`` drops a last batch whose size is not a
         multiple of ``--required-batch-size-multiple`` (default 8): at generation and
-        validation that silently loses sentences. Only the training split keeps the multiple.
-        A fairseq-interactive input line longer than the model's positions is skipped with a
+        validation that silently loses sentences. Only the training split keeps the multiple, and
+        its last batch (``training_epoch``). A fairseq-interactive input line longer than the model's positions is skipped with a
         warning instead of ending the session (the hub interface keeps fairseq's error: its
         outputs are aligned with its inputs by position)."""
-        if dataset is not self.datasets.get(getattr(self.args, "train_subset", "train")):
+        training = dataset is self.datasets.get(getattr(self.args, "train_subset", "train"))
+        if training:
+            keep_the_last_batch(dataset)
+        else:
             required_batch_size_multiple = 1
         max_positions = kwargs.get("max_positions")
         if getattr(dataset, "first_input_line", None) is not None and max_positions is not None:
@@ -433,7 +436,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         itr = super().get_batch_iterator(
             dataset, *args, required_batch_size_multiple=required_batch_size_multiple, **kwargs
         )
-        if dataset is self.datasets.get(getattr(self.args, "train_subset", "train")):  # the one a resume restores
+        if training:  # the one a resume restores
             itr = resume_across_process_counts(itr, lambda: (_saved_training(self.args) or (None,))[0])
         return itr
 

@@ -1,24 +1,50 @@
-"""Where a run resumed on another number of processes picks its epoch up.
+"""What an epoch of training reads: every sentence, and after a resume on another number of processes the
+rest of the epoch where it stopped.
 
-fairseq deals an epoch's batches out to the ranks in turn (rank r reads batches r, r+N, r+2N, ... of
+**The last batch.** fairseq 0.12's ``data_utils.batch_by_size`` cuts an epoch's batches from the
+sentences in their order, each a multiple of ``--required-batch-size-multiple`` (default 8) but the last,
+and then drops the last unless it is a multiple too. A training set is ordered by length, so the longest
+sentences of the corpus never trained (up to 7 sentences, the same ones every epoch).
+``keep_the_last_batch`` keeps it.
+
+**The position.** fairseq deals an epoch's batches out to the ranks in turn (rank r reads batches r, r+N, r+2N, ... of
 the shuffled epoch: ``ShardedIterator``) and saves the position in the epoch as the count of the
 *rank's* batches. After k batches on N processes the first k*N batches of the epoch are done, so on M
 processes each rank resumes after k*N/M of its own. fairseq resumes after k: on fewer processes it
 reads batches again, and on more, once the run stopped past 1/M of its epoch, it stops with "Cannot
-resume training due to dataloader mismatch". The iterator below saves its process count with the
-position and rescales a position saved with another.
+resume training due to dataloader mismatch". ``resume_across_process_counts`` saves the process count
+with the position and rescales a position saved with another.
 """
 
 import logging
 from typing import Callable, Optional
 
+import numpy as np
 from fairseq.data import iterators
 
 from ..modules.first_rank import first_rank
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["resume_across_process_counts", "rescaled_position"]
+__all__ = ["keep_the_last_batch", "resume_across_process_counts", "rescaled_position"]
+
+
+def keep_the_last_batch(dataset) -> None:
+    """``dataset.batch_by_size`` made to keep the last batch fairseq's drops (once per dataset object). The
+    batches are consecutive slices of the sentences given: what follows the last one is the dropped batch."""
+    cut = dataset.batch_by_size
+    if getattr(cut, "keeps_the_last_batch", False):
+        return
+
+    def batch_by_size(indices, *args, **kwargs):
+        batches = cut(indices, *args, **kwargs)
+        done = sum(len(batch) for batch in batches)
+        if 0 < done < len(indices) and np.array_equal(np.concatenate(batches), np.asarray(indices)[:done]):
+            batches = list(batches) + [np.asarray(indices[done:], dtype=np.int64)]
+        return batches
+
+    batch_by_size.keeps_the_last_batch = True
+    dataset.batch_by_size = batch_by_size
 
 
 def rescaled_position(state: dict, saved_shards: Optional[int], shards: int) -> dict:
