@@ -402,7 +402,7 @@ def _run(args):
         names = list(cmp["systems"])
         text = (f"{COMPARE_MARKDOWN_TITLE}{', '.join(names)}"
                 + (f" against {cmp['baseline']}" if cmp["baseline"] is not None else "") + ".\n\n"
-                + comparison_markdown(cmp))
+                + _baseline_hint(cmp, tests=not args.no_significance) + comparison_markdown(cmp))
         if args.out_json:
             write_json_atomic(args.out_json, cmp)
         if args.out_md:
@@ -412,6 +412,15 @@ def _run(args):
         print(f"langshare compare: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     return cmp
+
+
+def _baseline_hint(cmp, tests: bool = True) -> str:
+    """Without --baseline, the line that says what it adds (the tables alone do not); "" otherwise."""
+    names = list(cmp["systems"])
+    if cmp["baseline"] is not None or len(names) < 2:
+        return ""
+    return (f"No --baseline: pass --baseline NAME (one of {', '.join(names)}) for each system's win ratio against "
+            "NAME" + (" and sacrebleu's paired bootstrap tests against it" if tests else "") + ".\n\n")
 
 
 def add_subcommand(subparsers):

@@ -172,3 +172,72 @@ def test_evaluate_baseline_significance_single_seed(tmp_path):
     other = dict(mine, references={"en-a": dict(mine["references"]["en-a"], sha256="0" * 64)})
     with pytest.raises(EvaluationError, match="another reference file"):
         evaluation.check_same_references(base["references"], other, "base.json")
+
+
+# ----------------------------------------------------------------------------- what the command prints
+def _two_systems(tmp_path):
+    """base.json and lsl.json: two single-seed evaluate results with hypotheses (lsl the better)."""
+    refs = {"en-a": sentences(30, 1), "en-b": sentences(30, 2)}
+    paths = []
+    for name, share, seed, score in (("base", 0.5, 1, 10.0), ("lsl", 0.2, 2, 20.0)):
+        res = _results(tmp_path, {d: score for d in refs}, {d: (degrade(r, share, seed), r) for d, r in refs.items()})
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(res))
+    return paths
+
+
+def test_compare_without_a_baseline_says_what_baseline_adds(tmp_path, capsys):
+    """Was: the tables alone, with nothing saying that --baseline NAME adds the win ratios and the significance
+    tests --help promises (found by a walk-through)."""
+    from cli_checks import langshare
+
+    base, lsl = _two_systems(tmp_path)
+    code, _ = langshare(capsys, "compare", base, lsl, "--out-md", tmp_path / "cmp.md")
+    assert code == 0
+    hint = ("No --baseline: pass --baseline NAME (one of base, lsl) for each system's win ratio against NAME and "
+            "sacrebleu's paired bootstrap tests against it.")
+    assert hint in (tmp_path / "cmp.md").read_text().splitlines()
+    assert "win ratio" not in (tmp_path / "cmp.md").read_text().replace(hint, "")
+    code, _ = langshare(capsys, "compare", base, lsl, "--no-significance", "--out-md", tmp_path / "cmp.md")
+    assert code == 0 and hint.replace(" and sacrebleu's paired bootstrap tests against it", "") in (
+        tmp_path / "cmp.md").read_text().splitlines()
+    code, _ = langshare(capsys, "compare", base, lsl, "--baseline", "base", "--bootstrap-samples", "20",
+                        "--out-md", tmp_path / "cmp.md")
+    text = (tmp_path / "cmp.md").read_text()
+    assert code == 0 and "No --baseline" not in text and "| win ratio vs base |" in text
+    code, _ = langshare(capsys, "compare", base, "--out-md", tmp_path / "cmp.md")  # one system: nothing to add
+    assert code == 0 and "--baseline" not in (tmp_path / "cmp.md").read_text()
+
+
+def test_the_paired_bootstrap_logs_nothing_to_stderr(tmp_path):
+    """Was: about 30 lines of sacrebleu's INFO logging ('Computing BLEU for 'system' and extracting sufficient
+    statistics', ...) before the tables: fairseq's imports set the root logger to DEBUG."""
+    from cli_checks import BIN, cli_run
+
+    base, lsl = _two_systems(tmp_path)
+    code, out, err = cli_run([BIN / "langshare", "compare", base, lsl, "--baseline", "base",
+                              "--bootstrap-samples", "50"])
+    assert code == 0 and "| win ratio vs base |" in out and "against base" in out
+    assert "sacrebleu" not in err.lower() and "INFO" not in err, err
+
+
+def test_sacrebleus_warnings_still_reach_the_log(tmp_path, caplog, monkeypatch):
+    """Only sacrebleu's progress messages are silenced: a warning it logs during the test is kept."""
+    import logging
+
+    import sacrebleu.significance as sacrebleu_significance
+
+    original = sacrebleu_significance.PairedTest.__call__
+
+    def warns(self):
+        sacrebleu_significance.sacrelogger.warning("a real warning")
+        sacrebleu_significance.sacrelogger.info("progress")
+        return original(self)
+
+    monkeypatch.setattr(sacrebleu_significance.PairedTest, "__call__", warns)
+    refs = sentences(20, 3)
+    with caplog.at_level(logging.INFO):
+        significance.paired_bootstrap(degrade(refs, 0.5, 1), degrade(refs, 0.2, 2), refs, n_samples=20)
+    sacrebleu_records = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "sacrebleu"]
+    assert sacrebleu_records == [("WARNING", "a real warning")]
+    assert logging.getLogger("sacrebleu").level == logging.NOTSET  # left as it was
