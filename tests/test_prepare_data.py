@@ -382,7 +382,7 @@ BAD_INPUTS = {
     "line counts differ": ({"train.en-xx.en": b"a\nb\nc\n", "train.en-xx.xx": b"a\nb\n"}, ["in"],
                            ["train.en-xx.en has 3 lines", "train.en-xx.xx has 2"]),
     "not UTF-8": ({"en-xx.tsv": GOOD + b"caf\xe9\tx\n", "en-yy.tsv": GOOD}, ["in"],  # read in a worker process
-                  ["en-xx.tsv line 51", "byte 4", "0xe9", "UTF-8"]),
+                  ["en-xx.tsv: line 51 is not UTF-8", "byte 4", "0xe9", "iconv -f LATIN1 -t UTF-8"]),
     "no tab": ({"en-xx.tsv": GOOD + b"no tab here\n"}, ["in/en-xx.tsv"], ["line 51 has no tab"]),
     "two tabs": ({"en-xx.tsv": b"a\tb\tc\n" + GOOD}, ["in/en-xx.tsv"], ["line 1 has 2 tabs"]),
     "empty file": ({"en-xx.tsv": GOOD, "en-yy.tsv": b""}, ["in"], ["en-yy.tsv is empty"]),
@@ -429,6 +429,104 @@ def test_bad_input_is_one_line_and_leaves_no_output(case, tmp_path, capsys):
     for text in expect:
         assert text in err, (text, err)
     assert os.listdir(tmp_path) == ["in"]  # neither the corpus nor its temporary directory
+
+
+def refused(tmp_path, capsys, files, args=("in",)):
+    """The one error line of prepare-data on ``files`` {name in in/: bytes}, checked: exit status 2, no output."""
+    for name, data in files.items():
+        _write(str(tmp_path / "in" / name), data)
+    code = cli.main(["prepare-data", "--out", str(tmp_path / "corpus"), "--vocab-size", "50",
+                     *[str(tmp_path / a) for a in args]])
+    err = one_error_line(capsys.readouterr().err.strip())
+    assert code == 2 and os.listdir(tmp_path) == ["in"], err
+    return err
+
+
+def accented(n, latin1=(), utf16=False):
+    """n TSV lines with accents, UTF-8 except the line numbers in ``latin1``, written in Latin-1."""
+    text = [f"café {a}\tthé {b}\n" for a, b in DATA["en-xx"][:n]]
+    if utf16:
+        return "".join(text).encode("utf-16")
+    return b"".join(line.encode("latin-1" if i in latin1 else "utf-8") for i, line in enumerate(text, 1))
+
+
+def test_a_utf8_file_with_a_broken_line_names_the_line_not_a_conversion(tmp_path, capsys):
+    """Was: 'line 70: ... convert the file to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)', which turned the file's 239
+    good UTF-8 lines into mojibake that prepare-data then accepted silently (found by a user walk-through)."""
+    err = refused(tmp_path, capsys, {"en-xx.tsv": accented(240, latin1={70})})
+    assert "en-xx.tsv: line 70 is not UTF-8 (byte 4 of the line is 0xe9)" in err, err
+    assert "its 239 other lines with non-ASCII characters are" in err and "fix or remove that line" in err, err
+    assert "-f LATIN1" not in err, err  # converting the whole file would garble the 239 UTF-8 lines
+
+
+def test_several_broken_lines_are_all_counted_and_the_first_ones_named(tmp_path, capsys):
+    bad = {70, 80, 90, 100, 110, 120, 130}
+    err = refused(tmp_path, capsys, {"en-xx.tsv": accented(240, latin1=bad)})
+    assert "lines 70, 80, 90, 100, 110 and 2 more (7 in all) are not UTF-8 (line 70: byte 4 of the line is " \
+           "0xe9)" in err, err
+    assert "its 233 other lines with non-ASCII characters are" in err and "fix or remove those lines" in err, err
+    assert "-f LATIN1" not in err, err
+
+
+def test_a_file_in_another_encoding_is_to_be_converted(tmp_path, capsys):
+    """No line with non-ASCII bytes is UTF-8: the whole file is in another encoding, and converting it loses nothing."""
+    err = refused(tmp_path, capsys, {"en-xx.tsv": accented(240, latin1=set(range(1, 241)))})
+    assert "en-xx.tsv: lines 1, 2, 3, 4, 5 and 235 more (240 in all) are not UTF-8" in err, err
+    assert "no line of it with non-ASCII characters is" in err and "another encoding" in err, err
+    assert err.endswith("convert the file to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8 if it is Latin-1)"), err
+    err = refused(tmp_path, capsys, {"en-xx.tsv": accented(240, utf16=True)})  # its byte-order mark says so
+    assert err.endswith("the file starts with a UTF-16 byte-order mark; convert the file to UTF-8 "
+                        "(iconv -f UTF-16 -t UTF-8)"), err
+
+
+def test_blank_and_whitespace_only_lines_are_empty_pairs_dropped_and_counted(tmp_path, capsys):
+    """Were refused as 'line N has no tab', while a line that is just a tab was dropped and counted as empty."""
+    blank = ["", "   ", "\t", " \t ", "\t\t", "\u3000"]  # the last an ideographic space
+    train = [f"{a}\t{b}" for a, b in DATA["en-xx"][:300]]
+    for i, line in enumerate(blank):
+        train.insert(40 * i + 7, line)
+    test = [f"{a}\t{b}" for a, b in DATA["en-xx"][300:320]] + [" "]
+    _write(str(tmp_path / "in" / "en-xx.tsv"), ("\n".join(train) + "\n").encode())
+    _write(str(tmp_path / "in" / "test.en-xx.tsv"), ("\n".join(test) + "\n").encode())
+    assert cli.main(["prepare-data", "--out", str(tmp_path / "corpus"), "--vocab-size", "50", str(tmp_path / "in")]) == 0
+    manifest = json.load(open(tmp_path / "corpus" / "manifest.json"))
+    read, removed = manifest["read"]["en-xx"], manifest["removed"]["en-xx"]
+    assert read == {"test": 21, "train": 306} and removed["empty"] == 6 and removed["test_empty"] == 1, manifest
+    assert manifest["counts"]["test"]["en-xx"] == 20
+    summary = [line for line in capsys.readouterr().out.splitlines() if line.startswith("en-xx:")]
+    assert len(summary) == 1 and summary[0].startswith("en-xx: read test 21, train 306;"), summary
+    assert "empty 6" in summary[0] and "test_empty 1" in summary[0], summary
+
+
+def test_every_malformed_line_of_a_file_is_in_the_one_message(tmp_path, capsys):
+    """Was one fault per run ('line 21 has no tab'): the walk-through needed five runs to learn four faults."""
+    lines_ = [f"{a}\t{b}" for a, b in DATA["en-xx"][:60]]
+    faults = {3: "no tab here", 10: "a\tb\tc", 20: "", 25: "just words", 30: "x\ty\tz\tw", 40: "lost", 41: "   ",
+              50: "again", 55: "a\t\tb"}
+    for n, line in faults.items():
+        lines_[n - 1] = line
+    err = refused(tmp_path, capsys, {"en-xx.tsv": ("\n".join(lines_) + "\n").encode()})
+    assert ("en-xx.tsv: 7 lines are not SOURCE<TAB>TARGET with exactly one tab: line 3 has no tab, line 10 has 2 "
+            "tabs, line 25 has no tab, line 30 has 3 tabs, line 40 has no tab and 2 more; fix or remove them") \
+        in err, err
+    assert "line 20" not in err and "line 41" not in err  # blank lines are empty pairs, not faults
+    one = refused(tmp_path, capsys, {"en-xx.tsv": GOOD + b"no tab here\n" + GOOD})
+    assert "en-xx.tsv: line 51 has no tab; a TSV line is SOURCE<TAB>TARGET with exactly one tab (fix or remove " \
+           "the line)" in one, one
+
+
+def test_a_files_encoding_and_tab_faults_are_named_together(tmp_path, capsys):
+    err = refused(tmp_path, capsys, {"en-xx.tsv": b"no tab here\n" + accented(100, latin1={5})})
+    assert "en-xx.tsv: line 6 is not UTF-8" in err and "line 1 has no tab" in err, err
+
+
+def test_plain_text_sides_name_their_broken_lines_and_their_line_counts_at_once(tmp_path, capsys):
+    en = "".join(f"café {a}\n" for a, _ in DATA["en-xx"][:100]).encode()
+    xx = "".join(f"{b}\n" for _, b in DATA["en-xx"][:99]).encode()
+    en = en.replace("café".encode(), "café".encode("latin-1"), 2)  # lines 1 and 2 are broken
+    err = refused(tmp_path, capsys, {"train.en-xx.en": en, "train.en-xx.xx": xx})
+    assert "train.en-xx.en: lines 1 and 2 are not UTF-8" in err and "its 98 other lines" in err, err
+    assert "train.en-xx.en has 100 lines but" in err and "train.en-xx.xx has 99" in err, err
 
 
 def test_files_of_a_directory_not_read_are_named(tmp_path, capsys):

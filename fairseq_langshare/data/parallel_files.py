@@ -213,46 +213,145 @@ def discover(inputs):
     return dict(sorted(found.items(), key=lambda kv: (kv[1].direction, SPLITS.index(kv[1].split)))), not_read
 
 
-def _lines(path) -> Iterator[Tuple[int, str]]:
-    """(line number, text without its newline) of a UTF-8 file; one line naming the file, line and
-    byte where it is not UTF-8 or not a valid compressed file."""
+SHOWN = 5  # bad lines a message names; the others are counted
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _numbered(numbers, total):
+    """'line 7', 'lines 7 and 9', 'lines 7, 9, 12, 20, 31 and 4 more (9 in all)'."""
+    if total == 1:
+        return f"line {numbers[0]}"
+    if total == len(numbers):
+        return "lines " + ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}"
+    return "lines " + ", ".join(map(str, numbers)) + f" and {total - len(numbers)} more ({total} in all)"
+
+
+class _Faults:
+    """The bad lines of one file, gathered while the whole file is read, so that one message names
+    them all: lines that are not UTF-8 (the first ``SHOWN`` and how many, against the lines with
+    non-ASCII characters that are UTF-8, which decide the advice), and TSV lines without exactly
+    one tab."""
+
+    def __init__(self, path):
+        self.path = path
+        self.not_utf8, self.n_not_utf8 = [], 0  # (line, byte index, byte value)
+        self.utf8_non_ascii = 0  # lines with non-ASCII characters that are UTF-8
+        self.utf16 = False  # the file starts with a UTF-16 byte-order mark
+        self.malformed, self.n_malformed = [], 0  # (line, tabs)
+
+    def __bool__(self):
+        return bool(self.n_not_utf8 or self.n_malformed)
+
+    def decode(self, n, raw):
+        """The text of line ``n``; a line that is not UTF-8 is recorded (and decoded with U+FFFD)."""
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if n == 1 and raw.startswith(_UTF16_BOMS):
+                self.utf16 = True
+            self.n_not_utf8 += 1
+            if len(self.not_utf8) < SHOWN:
+                self.not_utf8.append((n, e.start, raw[e.start]))
+            return raw.decode("utf-8", "replace")
+        if not text.isascii():
+            self.utf8_non_ascii += 1
+        return text
+
+    def tabs(self, n, tabs):
+        self.n_malformed += 1
+        if len(self.malformed) < SHOWN:
+            self.malformed.append((n, tabs))
+
+    def encoding_message(self):
+        """What is wrong with the file's encoding and the fix that fits it: the broken lines to fix or
+        remove where its other non-ASCII lines are UTF-8 (converting the whole file would garble
+        them), the whole file to convert where none is."""
+        if not self.n_not_utf8:
+            return None
+        which = _numbered([n for n, _, _ in self.not_utf8], self.n_not_utf8)
+        n, start, byte = self.not_utf8[0]
+        where = ("" if self.n_not_utf8 == 1 else f"line {n}: ") + f"byte {start + 1} of the line is 0x{byte:02x}"
+        are = "is" if self.n_not_utf8 == 1 else "are"
+        if self.utf16:
+            return (f"{which} {are} not UTF-8 ({where}): the file starts with a UTF-16 byte-order mark; convert the "
+                    "file to UTF-8 (iconv -f UTF-16 -t UTF-8)")
+        if self.utf8_non_ascii:
+            others = (f"its {self.utf8_non_ascii} other lines with non-ASCII characters are UTF-8"
+                      if self.utf8_non_ascii > 1 else "its 1 other line with non-ASCII characters is UTF-8")
+            them = "that line" if self.n_not_utf8 == 1 else "those lines"
+            return (f"{which} {are} not UTF-8 ({where}), but {others}: the file is UTF-8 with broken lines; fix or "
+                    f"remove {them} (converting the whole file, e.g. with iconv, would garble its UTF-8 lines)")
+        return (f"{which} {are} not UTF-8 ({where}) and no line of it with non-ASCII characters is UTF-8: the "
+                "file looks like another encoding; convert the file to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8 if it is "
+                "Latin-1)")
+
+    def tab_message(self):
+        if not self.n_malformed:
+            return None
+        said = [f"line {n} has {'no tab' if tabs == 0 else f'{tabs} tabs'}" for n, tabs in self.malformed]
+        if self.n_malformed == 1:
+            return f"{said[0]}; a TSV line is SOURCE<TAB>TARGET with exactly one tab (fix or remove the line)"
+        more = f" and {self.n_malformed - len(said)} more" if self.n_malformed > len(said) else ""
+        return (f"{self.n_malformed} lines are not SOURCE<TAB>TARGET with exactly one tab: {', '.join(said)}{more}; "
+                "fix or remove them (a blank line is an empty pair, dropped)")
+
+    def message(self):
+        """One line naming every fault of the file, or None (read as UTF-8, a UTF-16 file's tabs and
+        newlines are not where they seem: its encoding alone is named)."""
+        said = [m for m in (self.encoding_message(), None if self.utf16 else self.tab_message()) if m]
+        return f"{self.path}: " + "; and ".join(said) if said else None
+
+
+def _lines(path, faults) -> Iterator[Tuple[int, str]]:
+    """(line number, text without its newline) of every line of a file; a line that is not UTF-8 is
+    recorded in ``faults`` (and read on, so that every one is named); one line naming the file
+    where it is not a valid compressed file."""
     try:
         with _opener(path)(path, "rb") as f:
             for n, raw in enumerate(f, 1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise InputError(f"{path} line {n}: byte {e.start + 1} of the line (0x{raw[e.start]:02x}) is not "
-                                     "UTF-8; convert the file to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)") from None
-                yield n, text.rstrip("\n").rstrip("\r")
+                yield n, faults.decode(n, raw).rstrip("\n").rstrip("\r")
     except (OSError, EOFError, lzma.LZMAError) as e:
         raise InputError(f"{path} cannot be read to its end ({e}); pass a complete file") from None
 
 
 def read_pairs(inp: ParallelInput) -> Iterator[Tuple[str, str]]:
-    """(source, target) text of every line of ``inp``, as written (not normalised)."""
+    """(source, target) text of every line of ``inp``, as written (not normalised). A blank or
+    whitespace-only TSV line is the empty pair ('', ''), as a line that is just a tab is; a file
+    with bad lines (not UTF-8, a TSV line with no tab or several that is not blank, sides of
+    different lengths) is read to its end and refused in one message naming them all (nothing is
+    yielded after the first)."""
     if len(inp.paths) == 1:
         path = inp.paths[0]
-        for n, line in _lines(path):
+        faults = _Faults(path)
+        for n, line in _lines(path, faults):
             tabs = line.count("\t")
             if tabs != 1:
-                what = "has no tab" if tabs == 0 else f"has {tabs} tabs"
-                raise InputError(f"{path} line {n} {what}; a TSV line is SOURCE<TAB>TARGET with exactly one tab "
-                                 "(fix or remove the line)")
-            a, b = line.split("\t")
-            yield a, b
+                if line.isspace() or not line:
+                    line = "\t"
+                else:
+                    faults.tabs(n, tabs)
+            if not faults:
+                a, b = line.split("\t")
+                yield a, b
+        if faults:
+            raise InputError(faults.message())
         return
     src_path, tgt_path = inp.paths
-    src_lines, tgt_lines = _lines(src_path), _lines(tgt_path)
+    src_faults, tgt_faults = _Faults(src_path), _Faults(tgt_path)
+    src_lines, tgt_lines = _lines(src_path, src_faults), _lines(tgt_path, tgt_faults)
     n = 0
     for n, a in src_lines:
         b = next(tgt_lines, None)
         if b is None:
             n_src, n_tgt = n + sum(1 for _ in src_lines), n - 1
             break
-        yield a, b[1]
+        if not (src_faults or tgt_faults):
+            yield a, b[1]
     else:
         n_src, n_tgt = n, n + sum(1 for _ in tgt_lines)
+    said = [m for m in (src_faults.message(), tgt_faults.message()) if m]
     if n_src != n_tgt:
-        raise InputError(f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; the two sides of a pair need "
-                         "one line each per sentence pair (fix the alignment)")
+        said.append(f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; the two sides of a pair need one line "
+                    "each per sentence pair (fix the alignment)")
+    if said:
+        raise InputError("; and ".join(said))
