@@ -107,14 +107,14 @@ def test_resuming_with_another_batch_per_update_says_so(corpus, tmp_path, caplog
     train(task_args(corpus) + TRAIN + ["--max-update", "2", "--update-freq", "2", "--save-dir", save])
     with caplog.at_level(logging.WARNING):
         train(task_args(corpus) + TRAIN + ["--max-update", "3", "--update-freq", "1", "--save-dir", save])
-    said = [r.getMessage() for r in caplog.records if "batches per update" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "per update (" in r.getMessage()]
     assert said == [f"{save}/checkpoint_last.pt was trained with 2 batches per update (1 process x --update-freq 2), "
                     "this run takes 1 (1 process x --update-freq 1): each update now takes 1/2 of the batch it "
                     "trained with; pass --update-freq 2 to keep it (docs/scale.md)"]
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         train(task_args(corpus) + TRAIN + ["--max-update", "4", "--update-freq", "1", "--save-dir", save])
-    assert not [r for r in caplog.records if "batches per update" in r.getMessage()]  # as the last run trained
+    assert not [r for r in caplog.records if "per update (" in r.getMessage()]  # as the last run trained
 
 
 def test_resuming_with_the_same_update_freq_says_nothing(corpus, tmp_path, caplog):
@@ -125,7 +125,7 @@ def test_resuming_with_the_same_update_freq_says_nothing(corpus, tmp_path, caplo
     train(task_args(corpus) + TRAIN + ["--max-update", "2", "--update-freq", "2", "--save-dir", save])
     with caplog.at_level(logging.WARNING):
         train(task_args(corpus) + TRAIN + ["--max-update", "3", "--update-freq", "2", "--save-dir", save])
-    assert not [r.getMessage() for r in caplog.records if "batches per update" in r.getMessage()]
+    assert not [r.getMessage() for r in caplog.records if "per update (" in r.getMessage()]
 
 
 @pytest.mark.parametrize("change,message", [

@@ -84,3 +84,23 @@ def test_the_same_number_of_processes_resumes_as_fairseq_does(task):
     resumed.load_state_dict(itr.state_dict())
     rest = list(resumed.next_epoch_itr(shuffle=True))
     assert ids(done + rest) == ids(iterator(task, 2, 1).next_epoch_itr(shuffle=True))
+
+
+@pytest.mark.parametrize("saved,now,line", [
+    (2, 1, "epoch 3 stopped after 10 of its batches on 2 processes: the process resumes after 10 of its own"),
+    (1, 2, "epoch 3 stopped after 5 of its batches on 1 process: each of the 2 processes resumes after 2 of its own "
+           "(1 batch done is read again)"),
+    (1, 4, "epoch 3 stopped after 5 of its batches on 1 process: each of the 4 processes resumes after 1 of its own "
+           "(1 batch done is read again)"),
+    (3, 2, "epoch 3 stopped after 15 of its batches on 3 processes: each of the 2 processes resumes after 7 of its "
+           "own (1 batch done is read again)"),
+])
+def test_the_rescaled_position_is_said_in_one_line(caplog, saved, now, line):
+    """5 batches done on the saved number of processes (was: 'each of the 1 processes', '1 of the batches done
+    are read again')."""
+    from fairseq_langshare.tasks.training_epoch import rescaled_position
+
+    with caplog.at_level("INFO"):
+        state = rescaled_position({"epoch": 3, "iterations_in_epoch": 5, "shuffle": True}, saved, now)
+    assert state["iterations_in_epoch"] == 5 * saved // now
+    assert [r.getMessage() for r in caplog.records] == [line]

@@ -301,7 +301,8 @@ def warn_if_the_batch_changed(update_num: int, args) -> None:
         keep = (f"pass {option_text('update_freq', 'optimization', before // processes)} to keep it"
                 if before % processes == 0 else
                 f"keep processes x {option_text('update_freq', 'optimization')} at {before} to keep it")
-        logger.warning(f"{path} was trained with {before} batches per update ({said}), this run takes {now} ({says}): "
+        logger.warning(f"{path} was trained with {before} batch{'es' if before > 1 else ''} per update ({said}), "
+                       f"this run takes {now} ({says}): "
                        f"each update now takes {now}/{before} of the batch it trained with; {keep} (docs/scale.md)")
 
 

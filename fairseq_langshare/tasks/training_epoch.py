@@ -58,9 +58,11 @@ def rescaled_position(state: dict, saved_shards: Optional[int], shards: int) -> 
     position = read // shards
     if first_rank():
         again = read - position * shards
+        resumes = "the process resumes" if shards == 1 else f"each of the {shards} processes resumes"
         logger.info(f"epoch {state.get('epoch')} stopped after {read} of its batches on {saved_shards} "
-                    f"process{'es' if saved_shards > 1 else ''}: each of the {shards} processes resumes after "
-                    f"{position} of its own" + (f" ({again} of the batches done are read again)" if again else ""))
+                    f"process{'es' if saved_shards > 1 else ''}: {resumes} after {position} of its own"
+                    + (f" ({again} batch{'es' if again > 1 else ''} done {'are' if again > 1 else 'is'} read again)"
+                       if again else ""))
     return {**state, "iterations_in_epoch": position}
 
 
