@@ -26,7 +26,9 @@ to a temporary name and renamed, never over the checkpoint it comes from.
 fairseq 0.12's ``fairseq-generate`` drops the last batch when its size is not a multiple of
 ``--required-batch-size-multiple`` (default 8; the plugin's task avoids that, fairseq's own does
 not), so the command ``export`` prints for translating with the result passes
-``--required-batch-size-multiple 1``.
+``--required-batch-size-multiple 1``; and, for a SentencePiece corpus (every corpus ``langshare
+prepare-*`` writes), ``--remove-bpe sentencepiece``, so that it prints text as the README's
+``fairseq-generate`` and ``langshare translate`` do, not pieces (``post_process_flags``).
 """
 
 import argparse
@@ -36,7 +38,7 @@ import os
 import shlex
 from enum import Enum
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import torch
 from fairseq import checkpoint_utils
@@ -53,7 +55,7 @@ from .tasks.multilingual_langshare import options_as_namespace
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["export_pair", "check_pair", "generate_command", "ExportError", "PLAIN_ARCH"]
+__all__ = ["export_pair", "check_pair", "generate_command", "post_process_flags", "ExportError", "PLAIN_ARCH"]
 
 PLAIN_ARCH = "transformer"
 PLAIN_TASK = "translation_multi_simple_epoch"
@@ -307,15 +309,41 @@ def _is_export(path: Path) -> bool:
 
 def generate_command(path, task_cfg: Dict, export_name: str = PLAIN_ARCH) -> str:
     """The fairseq-generate command line for an exported checkpoint, with the language flags of its task
-    config and --required-batch-size-multiple 1 (without it fairseq 0.12 drops the last batch when its
-    size is not a multiple of 8: 16 of 20 sentences translated)."""
+    config, --required-batch-size-multiple 1 (without it fairseq 0.12 drops the last batch when its
+    size is not a multiple of 8: 16 of 20 sentences translated) and the post-processing its data needs
+    (``post_process_flags``: without --remove-bpe sentencepiece, SentencePiece's pieces instead of text)."""
     from .evaluation import PACKAGE_DIR, _task_flags
 
     argv = ["fairseq-generate", "DATA", "--task", PLAIN_TASK, "--path", str(path)]
     argv += ["--user-dir", PACKAGE_DIR] if export_name != PLAIN_ARCH else []
     argv += ["-s", task_cfg["source_lang"], "-t", task_cfg["target_lang"], *_task_flags(PLAIN_TASK, task_cfg),
-             "--gen-subset", "test", "--required-batch-size-multiple", "1"]
+             "--gen-subset", "test", "--required-batch-size-multiple", "1",
+             *post_process_flags(task_cfg.get("data"), task_cfg["target_lang"])]
     return shlex.join(argv)
+
+
+def post_process_flags(data, lang: str) -> List[str]:
+    """fairseq-generate's flags that turn ``lang``'s output into text, by the pieces of its dictionary in the data
+    directory ``data`` (the first of an os.pathsep list): ``--remove-bpe sentencepiece`` for SentencePiece pieces
+    (``\u2581``), ``--remove-bpe`` for subword-nmt's (``@@``), none for whole words (the flag would glue them).
+    Without a readable dictionary: ``--remove-bpe sentencepiece``, what every corpus ``langshare prepare-*``
+    writes needs (and the README's fairseq-generate passes)."""
+    sentencepiece = ["--remove-bpe", "sentencepiece"]
+    directory = str(data or "").split(os.pathsep)[0]
+    if not directory:
+        return sentencepiece
+    for name in (f"dict.{lang}.txt", "dict.txt"):
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                symbols = [line.split()[0] for line in f if line.strip()]
+        except (OSError, UnicodeDecodeError):
+            continue
+        if any("\u2581" in symbol for symbol in symbols):
+            return sentencepiece
+        if any(symbol.endswith("@@") for symbol in symbols):
+            return ["--remove-bpe"]
+        return []
+    return sentencepiece
 
 
 def _retie(cloned: Dict[str, torch.Tensor], original: Dict[str, torch.Tensor]) -> None:

@@ -304,3 +304,69 @@ def test_an_export_loads_under_the_struct_config_of_omegaconf_before_2_2(corpus,
     model = TransformerModel.build_model(state["cfg"].model, argparse.Namespace(source_dictionary=d,
                                                                                target_dictionary=d))
     model.load_state_dict(weights, strict=True)
+
+
+# ----------------------------------------------------------------------------- the command export prints
+def printed_command(capsys, checkpoint, src, tgt, out, data):
+    """The fairseq-generate command `langshare export` prints, as argv (without the program), DATA filled in."""
+    import shlex
+
+    from fairseq_langshare import cli
+
+    capsys.readouterr()
+    assert cli.main(["export", str(checkpoint), "--src", src, "--tgt", tgt, "--out", str(out)]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if "fairseq-generate" in line]
+    assert printed, "export prints the command that translates with the export"
+    return shlex.split(printed[-1].split("fairseq-generate", 1)[1].replace("DATA", str(data)))
+
+
+@pytest.fixture(scope="module")
+def spm_trained(spm_corpus, tmp_path_factory):
+    """A baseline trained briefly on the SentencePiece corpus (the kind langshare prepare-* writes)."""
+    from deploy_checks import LANGS, PAIRS, TRAIN as DEPLOY_TRAIN
+    from tiny_corpus import PKG_DIR
+
+    save = tmp_path_factory.mktemp("spm_ckpt")
+    train([str(spm_corpus / "bin"), "--task", "multilingual_langshare", "--user-dir", PKG_DIR, "--langs",
+           ",".join(LANGS), "--lang-pairs", ",".join(PAIRS), "--encoder-langtok", "tgt",
+           "--arch", "langshare_transformer_tiny", *DEPLOY_TRAIN, "--max-update", "60", "--save-dir", str(save)])
+    return save / "checkpoint_last.pt"
+
+
+def test_the_printed_command_prints_text_of_a_sentencepiece_corpus(spm_corpus, spm_trained, tmp_path, capsys):
+    """Was: no --remove-bpe sentencepiece in the printed command, so it printed SentencePiece's pieces
+    ('▁L ' index ...') where the README's fairseq-generate and langshare translate print text."""
+    from fairseq.data.data_utils import post_process
+
+    argv = printed_command(capsys, spm_trained, "en", "fr", tmp_path / "en-fr.pt", spm_corpus / "bin")
+    hyps = generate(argv + ["--cpu"])
+    assert len(hyps) == 30  # every sentence (--required-batch-size-multiple 1)
+    assert not any("\u2581" in h for h in hyps.values()), list(hyps.values())[:3]
+    at = argv.index("--remove-bpe")
+    pieces = generate(argv[:at] + argv[at + 2:] + ["--cpu"])  # what the flag changes: pieces, detokenised
+    assert any("\u2581" in h for h in pieces.values())
+    assert hyps == {i: post_process(h, "sentencepiece") for i, h in pieces.items()}
+
+
+def test_the_printed_command_keeps_the_words_of_a_word_level_corpus(corpus, trained, tmp_path, capsys):
+    """A corpus of whole words (no SentencePiece piece in its dictionary): nothing to detokenise, and
+    --remove-bpe sentencepiece would glue the words together."""
+    argv = printed_command(capsys, trained, "en", "xx", tmp_path / "en-xx.pt", corpus["bin"])
+    assert "--remove-bpe" not in argv
+    hyps = generate(argv + ["--cpu", "--beam", "3", "--max-tokens", "1000"])
+    assert hyps == full_generate(corpus, trained, "en", "xx") and any(" " in h for h in hyps.values())
+
+
+def test_post_processing_follows_the_pieces_of_the_target_dictionary(tmp_path):
+    from fairseq_langshare.export import post_process_flags
+
+    (tmp_path / "spm").mkdir(), (tmp_path / "bpe").mkdir(), (tmp_path / "words").mkdir()
+    (tmp_path / "spm" / "dict.fr.txt").write_text("\u2581le 9\n\u2581chat 7\ns 3\n", encoding="utf-8")
+    (tmp_path / "bpe" / "dict.fr.txt").write_text("le 9\nch@@ 7\nat 3\n", encoding="utf-8")
+    (tmp_path / "words" / "dict.txt").write_text("le 9\nchat 7\n", encoding="utf-8")  # one dictionary for all
+    assert post_process_flags(tmp_path / "spm", "fr") == ["--remove-bpe", "sentencepiece"]
+    assert post_process_flags(f"{tmp_path / 'bpe'}{os.pathsep}{tmp_path / 'words'}", "fr") == ["--remove-bpe"]
+    assert post_process_flags(tmp_path / "words", "fr") == []
+    # no dictionary to read here (exported on another machine): what langshare prepare-* corpora need
+    assert post_process_flags(tmp_path / "gone", "fr") == post_process_flags(None, "fr") == ["--remove-bpe",
+                                                                                             "sentencepiece"]
