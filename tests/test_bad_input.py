@@ -117,6 +117,25 @@ def test_resuming_with_another_batch_per_update_says_so(corpus, tmp_path, caplog
     assert not [r for r in caplog.records if "per update (" in r.getMessage()]  # as the last run trained
 
 
+def test_resuming_a_checkpoint_without_its_optimizer_state_says_every_schedule_starts_again(corpus, tmp_path, caplog):
+    """A checkpoint saved with --no-save-optimizer-state has no update count fairseq restores: the resumed run
+    counts from 0, so the learning-rate schedule and the method's (CLSR's noise ramp, latent depth's commit,
+    adaptive sparsity's T-bar) start again. Was: nothing said so (found by a walk-through)."""
+    save = str(tmp_path / "ckpt")
+    train(task_args(corpus) + TRAIN + ["--max-update", "2", "--save-dir", save, "--no-save-optimizer-state"])
+    with caplog.at_level(logging.WARNING):
+        train(task_args(corpus) + TRAIN + ["--max-update", "3", "--save-dir", save])
+    said = [r.getMessage() for r in caplog.records if "optimizer state" in r.getMessage()]
+    assert said == [f"{save}/checkpoint_last.pt holds no optimizer state (saved with --no-save-optimizer-state), "
+                    "so fairseq counts this run's updates from 0, not from its 2: the learning-rate schedule and "
+                    "the method's schedules and phases start again; resume from a checkpoint saved with its "
+                    "optimizer state to continue them (--reset-optimizer starts them again without this warning)"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        train(task_args(corpus) + TRAIN + ["--max-update", "4", "--save-dir", save])  # saved with its state now
+    assert not [r for r in caplog.records if "optimizer state" in r.getMessage()]
+
+
 def test_resuming_with_the_same_update_freq_says_nothing(corpus, tmp_path, caplog):
     """A run trained and resumed with --update-freq 2 takes the batch it trained with. Was: the task's options
     had no --update-freq (its config did not carry it), so the resume read 1 and warned 'each update now takes

@@ -306,6 +306,29 @@ def warn_if_the_batch_changed(update_num: int, args) -> None:
                        f"each update now takes {now}/{before} of the batch it trained with; {keep} (docs/scale.md)")
 
 
+def warn_if_the_schedules_restart(update_num: int, args) -> None:
+    """At the first update of a run that resumes a checkpoint saved without its optimizer state
+    (``--no-save-optimizer-state``): fairseq restores the update count with that state only, so it counts from
+    0 and every schedule starts again; say so once (``--reset-optimizer`` asks for it: nothing said)."""
+    if update_num > 0 or not first_rank() or run_option(args, "reset_optimizer", "checkpoint", False):
+        return
+    path = resumed_checkpoint(args)
+    if path == run_option(args, "finetune_from_model", "checkpoint"):  # fine-tuning starts from update 0
+        return
+    state = saved_checkpoint(path) or {}
+    try:
+        trained = int(state["optimizer_history"][-1]["num_updates"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return
+    if trained > 0 and state.get("last_optimizer_state") is None:
+        logger.warning(f"{path} holds no optimizer state (saved with "
+                       f"{option_text('no_save_optimizer_state', 'checkpoint', True)}), so fairseq counts this run's "
+                       f"updates from 0, not from its {trained}: the learning-rate schedule and the method's "
+                       "schedules and phases start again; resume from a checkpoint saved with its optimizer state to "
+                       f"continue them ({option_text('reset_optimizer', 'checkpoint', True)} starts them again "
+                       "without this warning)")
+
+
 class LangshareDatasetManager(MultilingualDatasetManager):
     """fairseq's multilingual data manager whose per-direction datasets carry language codes."""
 
@@ -473,6 +496,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
         if not self._updates_checked:  # the first step of this process: update_num is the checkpoint's count
             check_resumed_updates(update_num, self.args)
             warn_if_the_batch_changed(update_num, self.args)
+            warn_if_the_schedules_restart(update_num, self.args)
             require_auxiliary_criterion(model, criterion, self._arch)
             self._updates_checked = True
         sample = self.ensure_lang_ids(sample, model)
