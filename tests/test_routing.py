@@ -1,11 +1,12 @@
 import copy
 import pickle
+import threading
 
 import pytest
 import torch
 
-from fairseq_langshare.modules.routing import (LanguageIds, MissingLanguageIds, known_equal, reorder_ids,
-                                              route_by_language)
+from fairseq_langshare.modules.routing import (LanguageIds, MissingLanguageIds, known_equal, new_batch, note_host_ids,
+                                              reorder_ids, route_by_language)
 
 
 def per_language_affine(num_langs, dim, seed=0):
@@ -187,3 +188,19 @@ def test_rows_grouped_by_language_are_sliced_not_gathered(batch_dim):
     with counter:
         route_by_language(x, interleaved, lambda l, xl, _: xl @ W[l], batch_dim=batch_dim)
     assert "index_select" in counter.calls
+
+
+def test_a_batch_in_another_thread_leaves_this_threads_host_copies_alone():
+    """The hub interface may serve requests from several threads: a batch entering one thread drops what the
+    routing knew of that thread's earlier batches only (was: of every thread's, costing the others a device
+    read per forward call), while a batch entering this thread drops this thread's."""
+    ids, other = torch.tensor([1, 1, 2]), torch.tensor([1, 1, 2])
+    new_batch()
+    note_host_ids(ids, [1, 1, 2])
+    note_host_ids(other, [1, 1, 2])
+    thread = threading.Thread(target=new_batch)
+    thread.start()
+    thread.join()
+    assert known_equal(ids, other)
+    new_batch()
+    assert not known_equal(ids, other)

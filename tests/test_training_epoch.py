@@ -48,15 +48,17 @@ def test_a_resume_on_another_number_of_processes_reads_the_rest_of_the_epoch_onc
 
 
 @pytest.mark.parametrize("before,after", [(2, 1), (1, 2)])
-def test_a_position_saved_without_its_process_count_takes_the_checkpoints(task, save_dir, before, after):
+def test_a_position_saved_without_its_process_count_takes_the_checkpoints(task, save_dir, caplog, before, after):
     """A checkpoint written before the position named its process count: the resumed checkpoint's world size
-    (its config) says it."""
-    torch.save({"cfg": {"distributed_training": {"distributed_world_size": before},
-                        "optimization": {"update_freq": [1]}}}, save_dir / "checkpoint_last.pt")
+    (its config) says it. Such a checkpoint came from a version that dropped the epoch's last batch, whose
+    epoch was shuffled without it: one warning says the rest of that epoch may differ."""
+    torch.save({"cfg": {"distributed_training": {"distributed_world_size": before}}}, save_dir / "checkpoint_last.pt")
     try:
         resume_reads_the_rest_once(task, before, after, saved_without_count=True)
     finally:
         (save_dir / "checkpoint_last.pt").unlink()
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == after and all("under an earlier version of the plugin" in w for w in warned)
 
 
 def resume_reads_the_rest_once(task, before, after, saved_without_count=False):
@@ -104,3 +106,27 @@ def test_the_rescaled_position_is_said_in_one_line(caplog, saved, now, line):
         state = rescaled_position({"epoch": 3, "iterations_in_epoch": 5, "shuffle": True}, saved, now)
     assert state["iterations_in_epoch"] == 5 * saved // now
     assert [r.getMessage() for r in caplog.records] == [line]
+
+
+def test_the_training_set_keeping_its_last_batch_still_pickles(task):
+    """A data loader whose workers start by spawn (macOS, Windows; Linux from Python 3.14) pickles the dataset:
+    was "Can't pickle local object 'keep_the_last_batch.<locals>.batch_by_size'"."""
+    import pickle
+
+    dataset = task.dataset("train")
+    task.get_batch_iterator(dataset, max_tokens=1000, required_batch_size_multiple=8, seed=1, epoch=1)
+    copy = pickle.loads(pickle.dumps(dataset))
+    indices = dataset.ordered_indices()
+    assert [b.tolist() for b in copy.batch_by_size(indices, max_tokens=1000, required_batch_size_multiple=8)] == \
+        [b.tolist() for b in dataset.batch_by_size(indices, max_tokens=1000, required_batch_size_multiple=8)]
+
+
+@pytest.mark.parametrize("sentences", [1, 7, 9])
+def test_a_training_set_smaller_than_the_multiple_is_one_batch(task, sentences):
+    """fairseq dropped the only batch of a training set of fewer sentences than --required-batch-size-multiple:
+    nothing trained (was kept only when some batch had been cut before it)."""
+    dataset = task.dataset("train")
+    task.get_batch_iterator(dataset, max_tokens=1000, required_batch_size_multiple=8, seed=1, epoch=1)
+    indices = dataset.ordered_indices()[:sentences]
+    batches = dataset.batch_by_size(indices, max_tokens=1000, required_batch_size_multiple=8)
+    assert sorted(i for batch in batches for i in batch.tolist()) == sorted(indices.tolist())

@@ -17,6 +17,7 @@ so the same per-language containers can hold one copy per group.
 
 import collections
 import itertools
+import threading
 from contextlib import ExitStack, contextmanager
 from typing import Callable, Optional
 
@@ -78,15 +79,22 @@ def route_by_language(
     return torch.cat(outs, dim=batch_dim).index_select(batch_dim, inverse)
 
 
-_BATCH = [0]  # the number of the batch in progress (``new_batch``)
+class _Batch(threading.local):
+    number = 0  # the batch in progress in this thread (``new_batch``)
+
+
+_BATCH = _Batch()
+_BATCH_NUMBERS = itertools.count(1)  # unique across threads
 
 
 def new_batch() -> None:
-    """A new batch enters (the task's ``ensure_lang_ids``): what the routing knows of earlier batches' ids
-    (their host copies, their groupings) is dropped. Their tensors may have been changed since where the
-    version counter does not show (a write through ``.data`` or numpy, by a script that runs a batch
-    again with other ids); knowledge kept for a tensor's whole life would route its rows by the old values."""
-    _BATCH[0] += 1
+    """A new batch enters this thread (the task's ``ensure_lang_ids``): what the routing knows of earlier
+    batches' ids (their host copies, their groupings) is dropped. Their tensors may have been changed since
+    where the version counter does not show (a write through ``.data`` or numpy, by a script that runs a
+    batch again with other ids); knowledge kept for a tensor's whole life would route its rows by the old
+    values. Per thread: a batch decoded in another thread (the hub interface serving requests) leaves this
+    thread's beam search its host copies."""
+    _BATCH.number = next(_BATCH_NUMBERS)
 
 
 class LastResult:
@@ -105,7 +113,7 @@ class LastResult:
     def get(self, tensors, compute, *args):
         """The value of ``compute(*args)`` for ``tensors``, cached."""
         key = self._key
-        if len(key) == len(tensors) and (self._across_batches or self._batch == _BATCH[0]):
+        if len(key) == len(tensors) and (self._across_batches or self._batch == _BATCH.number):
             for t, (cached, version) in zip(tensors, key):
                 if t is not cached or t._version != version:
                     break
@@ -115,7 +123,7 @@ class LastResult:
         if any(t.is_inference() for t in tensors):
             self._key, self._value = (), None
         else:
-            self._key, self._value, self._batch = tuple((t, t._version) for t in tensors), value, _BATCH[0]
+            self._key, self._value, self._batch = tuple((t, t._version) for t in tensors), value, _BATCH.number
         return value
 
 
@@ -192,14 +200,14 @@ def _host_ids(lang_ids: Tensor) -> Optional[list]:
     """The values of ``lang_ids`` when they are known on the host: read once already (``host_ids``),
     or reordered (``reorder_ids``) from ids of one language, in this batch, and not changed in place since."""
     copy = _HOST_COPIES.get(lang_ids)
-    if copy is None or lang_ids.is_inference() or copy[1:] != (lang_ids._version, _BATCH[0]):
+    if copy is None or lang_ids.is_inference() or copy[1:] != (lang_ids._version, _BATCH.number):
         return None
     return copy[0]
 
 
 def _keep_host_copy(lang_ids: Tensor, values: list) -> None:
     if not lang_ids.is_inference():  # an inference tensor has no version counter to guard the copy
-        _HOST_COPIES[lang_ids] = (values, lang_ids._version, _BATCH[0])
+        _HOST_COPIES[lang_ids] = (values, lang_ids._version, _BATCH.number)
 
 
 STALE_BATCH_IDS = ("the batch's language ids differ from the lists its collater kept: a batch whose ids are "

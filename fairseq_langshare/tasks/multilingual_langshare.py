@@ -274,12 +274,16 @@ def _batches_per_update(processes: int, update_freq) -> Tuple[int, str]:
                               f"{option_text('update_freq', 'optimization', freq)}")
 
 
-def _saved_training(args) -> Optional[Tuple[int, object]]:
-    """(processes, --update-freq) the checkpoint this run resumes was trained with; None without one."""
-    cfg = (saved_checkpoint(resumed_checkpoint(args)) or {}).get("cfg") or {}
+def _saved_config(args) -> dict:
+    """The config of the checkpoint this run resumes ({} without one)."""
+    return (saved_checkpoint(resumed_checkpoint(args)) or {}).get("cfg") or {}
+
+
+def saved_world_size(args) -> Optional[int]:
+    """The number of processes the checkpoint this run resumes was trained on; None where it does not say."""
     try:
-        return int(cfg["distributed_training"]["distributed_world_size"]), cfg["optimization"]["update_freq"]
-    except (KeyError, TypeError, ValueError):  # a checkpoint without them: nothing to compare
+        return int(_saved_config(args)["distributed_training"]["distributed_world_size"])
+    except (KeyError, TypeError, ValueError):
         return None
 
 
@@ -290,10 +294,11 @@ def warn_if_the_batch_changed(update_num: int, args) -> None:
 
     if update_num <= 0 or not first_rank():
         return
-    path, saved = resumed_checkpoint(args), _saved_training(args)
+    path, cfg = resumed_checkpoint(args), _saved_config(args)
     try:
-        before, said = _batches_per_update(*saved)
-    except (TypeError, ValueError, IndexError):  # a checkpoint without them: nothing to compare
+        before, said = _batches_per_update(int(cfg["distributed_training"]["distributed_world_size"]),
+                                           cfg["optimization"]["update_freq"])
+    except (KeyError, TypeError, ValueError, IndexError):  # a checkpoint without them: nothing to compare
         return
     processes = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     now, says = _batches_per_update(processes, run_option(args, "update_freq", "optimization", [1]))
@@ -461,7 +466,7 @@ class MultilingualLangshareTask(TranslationMultiSimpleEpochTask):
             dataset, *args, required_batch_size_multiple=required_batch_size_multiple, **kwargs
         )
         if training:  # the one a resume restores
-            itr = resume_across_process_counts(itr, lambda: (_saved_training(self.args) or (None,))[0])
+            itr = resume_across_process_counts(itr, lambda: saved_world_size(self.args))
         return itr
 
     def ensure_lang_ids(self, sample, model=None):

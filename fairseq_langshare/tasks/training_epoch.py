@@ -4,8 +4,9 @@ rest of the epoch where it stopped.
 **The last batch.** fairseq 0.12's ``data_utils.batch_by_size`` cuts an epoch's batches from the
 sentences in their order, each a multiple of ``--required-batch-size-multiple`` (default 8) but the last,
 and then drops the last unless it is a multiple too. A training set is ordered by length, so the longest
-sentences of the corpus never trained (up to 7 sentences, the same ones every epoch).
-``keep_the_last_batch`` keeps it.
+sentences of an epoch never trained (up to 7: the same ones every epoch where the epoch is the whole
+corpus, and a training set of fewer sentences than the multiple not at all). ``keep_the_last_batch``
+keeps it.
 
 **The position.** fairseq deals an epoch's batches out to the ranks in turn (rank r reads batches r, r+N, r+2N, ... of
 the shuffled epoch: ``ShardedIterator``) and saves the position in the epoch as the count of the
@@ -16,6 +17,7 @@ resume training due to dataloader mismatch". ``resume_across_process_counts`` sa
 with the position and rescales a position saved with another.
 """
 
+import functools
 import logging
 from typing import Callable, Optional
 
@@ -30,21 +32,21 @@ __all__ = ["keep_the_last_batch", "resume_across_process_counts", "rescaled_posi
 
 
 def keep_the_last_batch(dataset) -> None:
-    """``dataset.batch_by_size`` made to keep the last batch fairseq's drops (once per dataset object). The
-    batches are consecutive slices of the sentences given: what follows the last one is the dropped batch."""
-    cut = dataset.batch_by_size
-    if getattr(cut, "keeps_the_last_batch", False):
-        return
+    """``dataset.batch_by_size`` made to keep the last batch fairseq's drops (once per dataset object; a
+    ``functools.partial`` of module functions, so the dataset still pickles for spawned loader workers)."""
+    if not isinstance(dataset.batch_by_size, functools.partial):
+        dataset.batch_by_size = functools.partial(_with_the_last_batch, type(dataset).batch_by_size, dataset)
 
-    def batch_by_size(indices, *args, **kwargs):
-        batches = cut(indices, *args, **kwargs)
-        done = sum(len(batch) for batch in batches)
-        if 0 < done < len(indices) and np.array_equal(np.concatenate(batches), np.asarray(indices)[:done]):
-            batches = list(batches) + [np.asarray(indices[done:], dtype=np.int64)]
-        return batches
 
-    batch_by_size.keeps_the_last_batch = True
-    dataset.batch_by_size = batch_by_size
+def _with_the_last_batch(batch_by_size, dataset, indices, *args, **kwargs):
+    """``batch_by_size(dataset, indices, ...)``, and the sentences after its last batch as one more batch: the
+    batches are consecutive slices of ``indices``, so what follows the last one is the batch fairseq dropped
+    (all of them, where it dropped the only one)."""
+    batches = batch_by_size(dataset, indices, *args, **kwargs)
+    done = sum(len(batch) for batch in batches)
+    if done < len(indices) and (done == 0 or np.array_equal(np.concatenate(batches), np.asarray(indices)[:done])):
+        batches = list(batches) + [np.asarray(indices[done:], dtype=np.int64)]
+    return batches
 
 
 def rescaled_position(state: dict, saved_shards: Optional[int], shards: int) -> dict:
@@ -77,7 +79,14 @@ class _ProcessCountAwareIterator(iterators.EpochBatchIterator):
         return {**super().state_dict(), "num_shards": self.num_shards}
 
     def load_state_dict(self, state_dict):
-        saved = state_dict.get("num_shards") or self.saved_process_count()
+        saved = state_dict.get("num_shards")
+        if saved is None:
+            saved = self.saved_process_count()
+            if state_dict.get("iterations_in_epoch", 0) and first_rank():
+                logger.warning(f"this checkpoint stopped in epoch {state_dict.get('epoch')} under an earlier version "
+                               "of the plugin, which dropped the epoch's last batch where fairseq does: with that "
+                               "batch kept, the epoch's batches are shuffled otherwise, so the rest of this epoch "
+                               "may read some batches again and skip others; the next epochs are whole")
         super().load_state_dict(rescaled_position(state_dict, saved, self.num_shards))
 
 
