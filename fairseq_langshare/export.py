@@ -325,7 +325,8 @@ def generate_command(path, task_cfg: Dict, export_name: str = PLAIN_ARCH) -> str
 def post_process_flags(data, lang: str) -> List[str]:
     """fairseq-generate's flags that turn ``lang``'s output into text, by the pieces of its dictionary in the data
     directory ``data`` (the first of an os.pathsep list): ``--remove-bpe sentencepiece`` for SentencePiece pieces
-    (``\u2581``), ``--remove-bpe`` for subword-nmt's (``@@``), none for whole words (the flag would glue them).
+    (``\u2581``), ``--remove-bpe`` for subword-nmt's (``@@``), whichever kind is more numerous and at least a
+    tenth of the symbols; none for whole words (the flag would glue them).
     Without a readable dictionary: ``--remove-bpe sentencepiece``, what every corpus ``langshare prepare-*``
     writes needs (and the README's fairseq-generate passes)."""
     sentencepiece = ["--remove-bpe", "sentencepiece"]
@@ -338,11 +339,11 @@ def post_process_flags(data, lang: str) -> List[str]:
                 symbols = [line.split()[0] for line in f if line.strip()]
         except (OSError, UnicodeDecodeError):
             continue
-        if any("\u2581" in symbol for symbol in symbols):
-            return sentencepiece
-        if any(symbol.endswith("@@") for symbol in symbols):
-            return ["--remove-bpe"]
-        return []
+        pieces = sum("\u2581" in symbol for symbol in symbols)
+        subwords = sum(symbol.endswith("@@") for symbol in symbols)
+        if max(pieces, subwords) * 10 < len(symbols):  # a stray symbol decides nothing: whole words
+            return []
+        return sentencepiece if pieces > subwords else ["--remove-bpe"]
     return sentencepiece
 
 

@@ -367,6 +367,12 @@ def test_post_processing_follows_the_pieces_of_the_target_dictionary(tmp_path):
     assert post_process_flags(tmp_path / "spm", "fr") == ["--remove-bpe", "sentencepiece"]
     assert post_process_flags(f"{tmp_path / 'bpe'}{os.pathsep}{tmp_path / 'words'}", "fr") == ["--remove-bpe"]
     assert post_process_flags(tmp_path / "words", "fr") == []
+    # a stray piece of the other kind (a word of the text that holds the character) decides nothing
+    (tmp_path / "bpe" / "dict.de.txt").write_text("die 9\nka@@ 7\n\u2581 1\nt@@ 3\nze 2\n", encoding="utf-8")
+    (tmp_path / "words" / "dict.de.txt").write_text("".join(f"w{i} 5\n" for i in range(30)) + "\u2581x 1\n",
+                                                    encoding="utf-8")
+    assert post_process_flags(tmp_path / "bpe", "de") == ["--remove-bpe"]
+    assert post_process_flags(tmp_path / "words", "de") == []
     # no dictionary to read here (exported on another machine): what langshare prepare-* corpora need
     assert post_process_flags(tmp_path / "gone", "fr") == post_process_flags(None, "fr") == ["--remove-bpe",
                                                                                              "sentencepiece"]
