@@ -442,11 +442,12 @@ def refused(tmp_path, capsys, files, args=("in",)):
     return err
 
 
-def accented(n, latin1=(), utf16=False):
-    """n TSV lines with accents, UTF-8 except the line numbers in ``latin1``, written in Latin-1."""
+def accented(n, latin1=(), encoding=None):
+    """n TSV lines with accents, UTF-8 except the line numbers in ``latin1``, written in Latin-1; or all in
+    ``encoding`` (with its byte-order mark)."""
     text = [f"café {a}\tthé {b}\n" for a, b in DATA["en-xx"][:n]]
-    if utf16:
-        return "".join(text).encode("utf-16")
+    if encoding:
+        return "".join(text).encode(encoding)
     return b"".join(line.encode("latin-1" if i in latin1 else "utf-8") for i, line in enumerate(text, 1))
 
 
@@ -474,9 +475,10 @@ def test_a_file_in_another_encoding_is_to_be_converted(tmp_path, capsys):
     assert "en-xx.tsv: lines 1, 2, 3, 4, 5 and 235 more (240 in all) are not UTF-8" in err, err
     assert "no line of it with non-ASCII characters is" in err and "another encoding" in err, err
     assert err.endswith("convert the file to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8 if it is Latin-1)"), err
-    err = refused(tmp_path, capsys, {"en-xx.tsv": accented(240, utf16=True)})  # its byte-order mark says so
-    assert err.endswith("the file starts with a UTF-16 byte-order mark; convert the file to UTF-8 "
-                        "(iconv -f UTF-16 -t UTF-8)"), err
+    for encoding in ("UTF-16", "UTF-32"):  # its byte-order mark says so (UTF-32-LE's begins as UTF-16-LE's does)
+        err = refused(tmp_path, capsys, {"en-xx.tsv": accented(240, encoding=encoding.lower())})
+        assert err.endswith(f"the file starts with a {encoding} byte-order mark; convert the file to UTF-8 "
+                            f"(iconv -f {encoding} -t UTF-8)"), err
 
 
 def test_blank_and_whitespace_only_lines_are_empty_pairs_dropped_and_counted(tmp_path, capsys):

@@ -214,7 +214,9 @@ def discover(inputs):
 
 
 SHOWN = 5  # bad lines a message names; the others are counted
-_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+# byte-order marks of encodings other than UTF-8, longest first (UTF-32-LE's begins as UTF-16-LE's does)
+_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+         (b"\xfe\xff", "UTF-16"))
 
 
 def _numbered(numbers, total):
@@ -236,7 +238,7 @@ class _Faults:
         self.path = path
         self.not_utf8, self.n_not_utf8 = [], 0  # (line, byte index, byte value)
         self.utf8_non_ascii = 0  # lines with non-ASCII characters that are UTF-8
-        self.utf16 = False  # the file starts with a UTF-16 byte-order mark
+        self.bom = None  # the encoding whose byte-order mark the file starts with
         self.malformed, self.n_malformed = [], 0  # (line, tabs)
 
     def __bool__(self):
@@ -247,8 +249,8 @@ class _Faults:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            if n == 1 and raw.startswith(_UTF16_BOMS):
-                self.utf16 = True
+            if n == 1:
+                self.bom = next((name for mark, name in _BOMS if raw.startswith(mark)), None)
             self.n_not_utf8 += 1
             if len(self.not_utf8) < SHOWN:
                 self.not_utf8.append((n, e.start, raw[e.start]))
@@ -272,9 +274,9 @@ class _Faults:
         n, start, byte = self.not_utf8[0]
         where = ("" if self.n_not_utf8 == 1 else f"line {n}: ") + f"byte {start + 1} of the line is 0x{byte:02x}"
         are = "is" if self.n_not_utf8 == 1 else "are"
-        if self.utf16:
-            return (f"{which} {are} not UTF-8 ({where}): the file starts with a UTF-16 byte-order mark; convert the "
-                    "file to UTF-8 (iconv -f UTF-16 -t UTF-8)")
+        if self.bom:
+            return (f"{which} {are} not UTF-8 ({where}): the file starts with a {self.bom} byte-order mark; convert "
+                    f"the file to UTF-8 (iconv -f {self.bom} -t UTF-8)")
         if self.utf8_non_ascii:
             others = (f"its {self.utf8_non_ascii} other lines with non-ASCII characters are UTF-8"
                       if self.utf8_non_ascii > 1 else "its 1 other line with non-ASCII characters is UTF-8")
@@ -296,9 +298,9 @@ class _Faults:
                 "fix or remove them (a blank line is an empty pair, dropped)")
 
     def message(self):
-        """One line naming every fault of the file, or None (read as UTF-8, a UTF-16 file's tabs and
+        """One line naming every fault of the file, or None (read as UTF-8, a UTF-16 or UTF-32 file's tabs and
         newlines are not where they seem: its encoding alone is named)."""
-        said = [m for m in (self.encoding_message(), None if self.utf16 else self.tab_message()) if m]
+        said = [m for m in (self.encoding_message(), None if self.bom else self.tab_message()) if m]
         return f"{self.path}: " + "; and ".join(said) if said else None
 
 
