@@ -41,6 +41,7 @@ from . import off_target
 from .data.binarized import BinarizedDataError, sentence_count
 from .direction_groups import group_members
 from .interrupts import interrupts_kept
+from .log_levels import warnings_only
 from .option_ranges import Range
 
 logger = logging.getLogger(__name__)
@@ -491,15 +492,10 @@ def _fairseq_logging():
         handler = logging.StreamHandler(sys.stderr)
         handler.setLevel(logging.WARNING)
         root.addHandler(handler)
-    quiet = [logging.getLogger(name) for name in ("fairseq", "fairseq_cli", "hydra")]
-    levels = [lg.level for lg in quiet]
-    for lg in quiet:
-        lg.setLevel(max(lg.getEffectiveLevel(), logging.WARNING))
     try:
-        yield
+        with warnings_only("fairseq", "fairseq_cli", "hydra"):
+            yield
     finally:
-        for lg, level in zip(quiet, levels):
-            lg.setLevel(level)
         if handler is not None:
             root.removeHandler(handler)
 

@@ -32,11 +32,11 @@ once per (hypothesis, reference) and the tests of every seed, direction and syst
 sacrebleu's own test then runs on the same numbers, and the results are the same to the last bit.
 """
 
-import contextlib
-import logging
 import re
 import statistics
 from typing import Dict, List, Optional, Sequence
+
+from .log_levels import warnings_only
 
 METRIC_LABELS = {"bleu": "BLEU", "chrf": "chrF", "spbleu": "spBLEU"}
 TESTED_METRICS = ("bleu", "chrf")
@@ -132,7 +132,7 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
     if n_samples < 1:  # sacrebleu would silently use its default instead
         raise SignificanceError(f"{n_samples} bootstrap resamples: pass at least 1 (the default is {DEFAULT_SAMPLES})")
     named = {name: _metric(name, bleu_tokenize, statistics) for name in metrics}
-    with _sacrebleu_warnings_only():
+    with warnings_only("sacrebleu"):  # its INFO lines: six per test, naming nothing the tables do not
         test = PairedTest([("baseline", list(baseline)), ("system", list(system))], named, [list(references)],
                           test_type="bs", n_samples=n_samples)
         _, scores = test()
@@ -150,21 +150,6 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
                   "baseline_mean": base.mean, "baseline_ci": base.ci, "system_mean": mine.mean, "system_ci": mine.ci}
         out[name] = {k: None if v is None else float(v) for k, v in values.items()}  # sacrebleu: numpy floats
     return out
-
-
-@contextlib.contextmanager
-def _sacrebleu_warnings_only():
-    """sacrebleu's own logger at WARNING while it tests: its INFO messages ("Pre-computing bleu statistics for
-    'baseline'", "Computing BLEU for 'system' ...", "> Performing paired bootstrap resampling test (# resamples:
-    1000)", six per test, one test per direction and seed) name nothing the tables do not, and reached stderr
-    whenever the root logger was at INFO or below (fairseq's imports set it to DEBUG). Warnings and errors pass."""
-    sacrelogger = logging.getLogger("sacrebleu")
-    level = sacrelogger.level
-    sacrelogger.setLevel(max(sacrelogger.getEffectiveLevel(), logging.WARNING))
-    try:
-        yield
-    finally:
-        sacrelogger.setLevel(level)
 
 
 def _constant_difference(metric, baseline, system, references, n_samples, seed) -> bool:
