@@ -349,8 +349,9 @@ def test_evaluate_end_to_end(trained_spm_corpus, tmp_path, no_spm_models):
     for d, row in res["directions"].items():
         assert row["n"] == 40 and row["n_untranslated"] == 0 and row["supervised"]
         # a broken pipeline (hypotheses out of order, wrong target language, pieces left in,
-        # wrong references) scores near 0 BLEU here
-        assert row["bleu"] > 15 and row["chrf"] > 50, (d, row["bleu"], row["chrf"])
+        # wrong references) scores near 0 BLEU here; en-yy's 300 updates give 11.9 BLEU and 63 chrF since
+        # training keeps the epoch's last batch (above 15 before, its longest sentences never trained)
+        assert row["bleu"] > 8 and row["chrf"] > 50, (d, row["bleu"], row["chrf"])
         assert row["spbleu"] is None
     assert res["directions"]["en-xx"]["group"] == "high" and res["directions"]["en-xx"]["train_size"] == 400
     assert res["directions"]["en-yy"]["group"] == "low" and res["directions"]["en-yy"]["train_size"] == 300
