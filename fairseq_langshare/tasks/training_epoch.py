@@ -4,8 +4,9 @@ rest of the epoch where it stopped.
 **The last batch.** fairseq 0.12's ``data_utils.batch_by_size`` cuts an epoch's batches from the
 sentences in their order, each a multiple of ``--required-batch-size-multiple`` (default 8) but the last,
 and then drops the last unless it is a multiple too. A training set is ordered by length, so the longest
-sentences of an epoch never trained (up to 7: the same ones every epoch where the epoch is the whole
-corpus, and a training set of fewer sentences than the multiple not at all). ``keep_the_last_batch``
+sentences of an epoch never trained (the whole last batch, whatever its size: the same sentences every
+epoch where the epoch is the whole corpus, and a training set of fewer sentences than the multiple not at
+all). ``keep_the_last_batch``
 keeps it.
 
 **The position.** fairseq deals an epoch's batches out to the ranks in turn (rank r reads batches r, r+N, r+2N, ... of
