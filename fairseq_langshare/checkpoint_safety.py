@@ -43,7 +43,7 @@ from .torch_version import release
 
 FORCE_WEIGHTS_ONLY, FORCE_NO_WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 
-__all__ = ["SAFE_GLOBALS", "install", "checkpoint_header", "checkpoint_updates", "CheckpointError",
+__all__ = ["SAFE_GLOBALS", "install", "checkpoint_header", "checkpoint_updates", "saved_updates", "CheckpointError",
            "UnsafeCheckpointError", "UnreadableCheckpointError", "require_checkpoint"]
 
 # What fairseq 0.12 checkpoints hold besides tensors and builtins: it saves ``cfg`` as plain
@@ -205,8 +205,13 @@ def checkpoint_header(path) -> Optional[dict]:
 
 def checkpoint_updates(path) -> int:
     """The updates a fairseq checkpoint holds (0 where it cannot be read)."""
+    return saved_updates(checkpoint_header(path) or {})
+
+
+def saved_updates(state: dict) -> int:
+    """The updates a fairseq checkpoint's loaded state holds (0 where it does not say)."""
     try:
-        return int((checkpoint_header(path) or {})["optimizer_history"][-1]["num_updates"])
+        return int(state["optimizer_history"][-1]["num_updates"])
     except (KeyError, IndexError, TypeError, ValueError):
         return 0
 

@@ -47,6 +47,7 @@ from .interactive_input import (check_input_file, decodable, input_option, toler
                                 warn_too_long)
 from .training_epoch import keep_the_last_batch, resume_across_process_counts
 from .language_tagged_dataset import HOST_IDS, LanguageTaggedDataset, attach_lang_ids
+from ..checkpoint_safety import saved_updates
 from ..resumed_flags import check_resumed_flags
 from ..run_options import (resumed_checkpoint, resumed_model_config, resumes_own_checkpoint, run_option,
                            saved_checkpoint)
@@ -321,10 +322,7 @@ def warn_if_the_schedules_restart(update_num: int, args) -> None:
     if path == run_option(args, "finetune_from_model", "checkpoint"):  # fine-tuning starts from update 0
         return
     state = saved_checkpoint(path) or {}
-    try:
-        trained = int(state["optimizer_history"][-1]["num_updates"])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return
+    trained = saved_updates(state)
     if trained > 0 and state.get("last_optimizer_state") is None:
         logger.warning(f"{path} holds no optimizer state (saved with "
                        f"{option_text('no_save_optimizer_state', 'checkpoint', True)}), so fairseq counts this run's "
