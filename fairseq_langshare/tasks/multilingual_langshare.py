@@ -295,12 +295,14 @@ def warn_if_the_batch_changed(update_num: int, args) -> None:
 
     if update_num <= 0 or not first_rank():
         return
-    path, cfg = resumed_checkpoint(args), _saved_config(args)
-    try:
-        before, said = _batches_per_update(int(cfg["distributed_training"]["distributed_world_size"]),
-                                           cfg["optimization"]["update_freq"])
-    except (KeyError, TypeError, ValueError, IndexError):  # a checkpoint without them: nothing to compare
+    processes_then = saved_world_size(args)
+    if processes_then is None:  # a checkpoint that does not say: nothing to compare
         return
+    try:
+        before, said = _batches_per_update(processes_then, _saved_config(args)["optimization"]["update_freq"])
+    except (KeyError, TypeError, ValueError, IndexError):
+        return
+    path = resumed_checkpoint(args)
     processes = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     now, says = _batches_per_update(processes, run_option(args, "update_freq", "optimization", [1]))
     if now != before:
